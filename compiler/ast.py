@@ -1,0 +1,109 @@
+"""Typed AST of `.srl` files: frozen dataclasses, each carrying the span it came from."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Span:
+    """A position in a rule file, for error messages."""
+
+    path: str
+    line: int
+    column: int
+
+
+@dataclass(frozen=True)
+class Var:
+    name: str
+    span: Span
+
+
+@dataclass(frozen=True)
+class IntLit:
+    value: int
+    span: Span
+
+
+@dataclass(frozen=True)
+class StrLit:
+    value: str
+    span: Span
+
+
+@dataclass(frozen=True)
+class App:
+    """An application `op[attr=v, ...](args)`: an op, a layout, or a dim function."""
+
+    name: str
+    attrs: tuple[tuple[str, Value], ...]
+    args: tuple[Value, ...]
+    span: Span
+
+
+Value = Var | IntLit | StrLit | App
+
+
+@dataclass(frozen=True)
+class Relation:
+    """`X ~ x @ layout`: distributed term X relates to baseline term x by layout."""
+
+    dist: Value
+    base: Value
+    layout: Value
+    span: Span
+
+
+@dataclass(frozen=True)
+class Membership:
+    """`f in family`: an op variable ranges over a family of ops."""
+
+    var: str
+    family: str
+    span: Span
+
+
+@dataclass(frozen=True)
+class Comparison:
+    lhs: Value
+    op: str
+    rhs: Value
+    span: Span
+
+
+@dataclass(frozen=True)
+class Equation:
+    """`lhs == rhs`: a plain algebraic identity (no layouts)."""
+
+    lhs: Value
+    rhs: Value
+    span: Span
+
+
+Clause = Relation | Membership | Comparison | Equation | Value
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    members: tuple[str, ...]
+    span: Span
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    doc: str
+    match: Clause
+    where: tuple[Clause, ...]
+    rewrite: Clause
+    span: Span
+
+
+@dataclass(frozen=True)
+class RuleFile:
+    path: str
+    text: str
+    families: tuple[Family, ...]
+    rules: tuple[Rule, ...]

@@ -1,0 +1,339 @@
+"""Semantic checks of a parsed rule set: every name resolves, every clause is where it belongs.
+
+Checks give each variable a role (distributed term, baseline term, op, dim, axis), so that
+lowering can be a plain translation. All problems are ScalifyErrors pointing at a span.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from scalify.errors import ScalifyError, line_of
+
+from .ast import (
+    App,
+    Comparison,
+    Equation,
+    Family,
+    IntLit,
+    Membership,
+    Relation,
+    Rule,
+    RuleFile,
+    Span,
+    StrLit,
+    Value,
+    Var,
+)
+from .signatures import (
+    CONSTANT_NAMES,
+    DIM_FUNCTIONS,
+    LAYOUTS,
+    OP_ARITY,
+    OP_ATTRS,
+    SPLAT,
+)
+
+DIST, BASE, OP, DIM, AXIS, SCALAR, STR = "dist", "base", "op", "dim", "axis", "scalar", "str"
+
+
+@dataclass
+class RuleInfo:
+    """What checking learned about one rule: the role of each variable."""
+
+    rule: Rule
+    roles: dict[str, str] = field(default_factory=dict)
+    op_vars: dict[str, str] = field(default_factory=dict)  # op variable -> family
+
+
+def error_at(span: Span, text: str, message: str, *notes: str) -> ScalifyError:
+    return ScalifyError(message, span.path, span.line, span.column, line_of(text, span.line),
+                        list(notes))
+
+
+class RuleChecker:
+    """Checks one file against the families known across the whole rule set."""
+
+    def __init__(self, rule_file: RuleFile, families: dict[str, Family]) -> None:
+        self.file = rule_file
+        self.families = families
+
+    def fail(self, span: Span, message: str, *notes: str) -> ScalifyError:
+        return error_at(span, self.file.text, message, *notes)
+
+    def check_rule(self, rule: Rule) -> RuleInfo:
+        info = RuleInfo(rule)
+        if not isinstance(rule.match, App):
+            raise self.fail(_span(rule.match), "`match` takes one op pattern such as `dot(X, W)`",
+                            "layout clauses (`X ~ x @ ...`) belong in `where`")
+        for clause in rule.where:
+            if isinstance(clause, Membership):
+                info.op_vars[clause.var] = self._family(clause)
+        self._bind_pattern(rule.match, info, top=True)
+        for clause in rule.where:
+            self._check_where(clause, info)
+        self._check_rewrite(rule, info)
+        return info
+
+    def _family(self, clause: Membership) -> str:
+        if clause.family not in self.families:
+            known = ", ".join(sorted(self.families)) or "none"
+            raise self.fail(clause.span, f"unknown op family `{clause.family}`",
+                            f"families: {known}")
+        return clause.family
+
+    def _op_name(self, app: App, info: RuleInfo) -> str:
+        if app.name in info.op_vars or app.name in OP_ARITY or app.name == SPLAT:
+            return app.name
+        raise self.fail(app.span, f"unknown op `{app.name}`",
+                        "declare an op variable with `where f in FAMILY`, or use a canonical op")
+
+    def _check_arity(self, app: App, info: RuleInfo) -> None:
+        name = self._op_name(app, info)
+        if name == SPLAT:
+            if len(app.args) != 1:
+                raise self.fail(app.span, "`splat` takes one scalar: splat(c)")
+            return
+        if name in info.op_vars:
+            members = self.families[info.op_vars[name]].members
+            arities = {a for m in members for a in OP_ARITY.get(m, ())}
+        else:
+            arities = set(OP_ARITY[name])
+        if len(app.args) not in arities:
+            raise self.fail(app.span, f"`{app.name}` takes {_arity_text(arities)} operands, "
+                            f"found {len(app.args)}")
+        allowed = OP_ATTRS.get(name, {})
+        for attr, _ in app.attrs:
+            if attr not in allowed:
+                raise self.fail(app.span, f"`{app.name}` has no attribute `{attr}`",
+                                f"attributes: {', '.join(allowed) or 'none'}")
+
+    def _bind_pattern(self, app: App, info: RuleInfo, top: bool) -> None:
+        self._check_arity(app, info)
+        if app.name == SPLAT:
+            self._bind(app.args[0], SCALAR, info)
+            return
+        for attr, value in app.attrs:
+            kind = OP_ATTRS[app.name][attr]
+            self._bind(value, DIM if kind == "I" else AXIS if attr == "axes" else STR, info)
+        for arg in app.args:
+            if isinstance(arg, App):
+                self._bind_pattern(arg, info, top=False)
+            elif isinstance(arg, Var):
+                self._bind(arg, DIST, info)
+            else:
+                raise self.fail(_span(arg), "an operand pattern is a variable or an op")
+
+    def _bind(self, value: Value, role: str, info: RuleInfo) -> None:
+        if isinstance(value, Var) and value.name not in CONSTANT_NAMES:
+            previous = info.roles.setdefault(value.name, role)
+            if previous != role:
+                raise self.fail(value.span, f"`{value.name}` is used as a {role} here but as a "
+                                f"{previous} before")
+
+    def _check_where(self, clause, info: RuleInfo) -> None:
+        if isinstance(clause, Membership):
+            if clause.var not in info.roles and clause.var not in _ops_in(info.rule.match):
+                raise self.fail(clause.span, f"op variable `{clause.var}` is not in the match")
+            return
+        if isinstance(clause, Relation):
+            if not isinstance(clause.dist, Var) or info.roles.get(clause.dist.name) != DIST:
+                raise self.fail(_span(clause.dist), "the left of `~` must be an operand "
+                                "variable of the match")
+            if not isinstance(clause.base, Var):
+                raise self.fail(_span(clause.base), "the middle of `X ~ x @ layout` must be a "
+                                "new baseline variable")
+            self._bind(clause.base, BASE, info)
+            self._check_layout(clause.layout, info, binding=True)
+            return
+        if isinstance(clause, Comparison | Equation):
+            for side in (clause.lhs, clause.rhs):
+                self._check_dim_expr(side, info)
+            return
+        raise self.fail(_span(clause), "a `where` clause is `X ~ x @ layout`, `f in family` or "
+                        "a comparison")
+
+    def _check_layout(self, layout: Value, info: RuleInfo, binding: bool) -> None:
+        if isinstance(layout, Var) and layout.name == "replicate":
+            return
+        if not isinstance(layout, App) or layout.name not in LAYOUTS:
+            raise self.fail(_span(layout), "expected a layout: replicate, invariant(a), "
+                            "shard(dim, a) or partial(op, a)")
+        if len(layout.args) != LAYOUTS[layout.name]:
+            raise self.fail(layout.span, f"`{layout.name}` takes {LAYOUTS[layout.name]} "
+                            "arguments")
+        args = layout.args
+        if layout.name in ("shard",):
+            self._dim_arg(args[0], info, binding)
+        if layout.name == "partial":
+            self._string_arg(args[0], info, binding)
+        if layout.name != "replicate":
+            axis = args[-1]
+            if binding:
+                self._bind(axis, AXIS, info)
+            else:
+                self._require_bound(axis, info)
+
+    def _dim_arg(self, value: Value, info: RuleInfo, binding: bool) -> None:
+        if binding and isinstance(value, Var):
+            self._bind(value, DIM, info)
+        else:
+            self._check_dim_expr(value, info)
+
+    def _string_arg(self, value: Value, info: RuleInfo, binding: bool) -> None:
+        if isinstance(value, Var) and value.name not in CONSTANT_NAMES:
+            if binding:
+                self._bind(value, STR, info)
+            else:
+                self._require_bound(value, info)
+
+    def _check_dim_expr(self, value: Value, info: RuleInfo) -> None:
+        if isinstance(value, IntLit | StrLit):
+            return
+        if isinstance(value, Var):
+            self._require_bound(value, info)
+            return
+        if isinstance(value, App) and value.name in DIM_FUNCTIONS:
+            args = value.args
+            target = info.rule.match
+            if len(args) == 3:
+                target = self._matched_op(args[0], info)
+                args = args[1:]
+            if len(args) != 2:
+                raise self.fail(value.span, f"`{value.name}` takes ([op,] operand, dim)")
+            operand = args[0]
+            arity = len(target.args)
+            if not isinstance(operand, IntLit) or not 0 <= operand.value < arity:
+                raise self.fail(_span(operand), f"`{value.name}` needs an operand index "
+                                f"0..{arity - 1} of `{target.name}`")
+            self._check_dim_expr(args[1], info)
+            return
+        raise self.fail(_span(value), "expected a dim expression: an integer, a bound "
+                        "variable or outdim(operand, dim)")
+
+    def _require_bound(self, value: Value, info: RuleInfo) -> None:
+        if isinstance(value, Var) and value.name not in info.roles \
+                and value.name not in CONSTANT_NAMES:
+            raise self.fail(value.span, f"unbound variable `{value.name}`",
+                            "bind it in `match` or in a `where` layout clause")
+
+    def _check_rewrite(self, rule: Rule, info: RuleInfo) -> None:
+        clause = rule.rewrite
+        if isinstance(clause, Relation):
+            if clause.dist != rule.match and not _same_term(clause.dist, rule.match):
+                raise self.fail(_span(clause.dist), "the left of the rewrite must repeat the "
+                                "matched term")
+            self._check_base_term(clause.base, info)
+            self._check_layout(clause.layout, info, binding=False)
+            return
+        if isinstance(clause, Equation):
+            if not _same_term(clause.lhs, rule.match):
+                raise self.fail(_span(clause.lhs), "the left of `==` must repeat the matched "
+                                "term")
+            self._check_base_term(clause.rhs, info, allow_dist=True)
+            return
+        raise self.fail(_span(clause), "a rewrite is `TERM ~ term @ layout` or `TERM == term`",
+                        "layout clauses (`X ~ x @ ...`) that constrain operands belong in `where`")
+
+    def _check_base_term(self, value: Value, info: RuleInfo, allow_dist: bool = False) -> None:
+        if isinstance(value, Var):
+            role = info.roles.get(value.name)
+            if role is None:
+                raise self.fail(value.span, f"unbound variable `{value.name}` in the rewrite",
+                                "every variable of the rewrite must be bound by `match` or a "
+                                "`where` layout clause")
+            if role == DIST and not allow_dist:
+                raise self.fail(value.span, f"`{value.name}` is a distributed term; the "
+                                "rewrite builds the baseline side from baseline variables")
+            return
+        if isinstance(value, App):
+            self._check_arity(value, info)
+            if value.name != SPLAT and value.name not in _ops_in(info.rule.match):
+                raise self.fail(value.span, f"`{value.name}` does not occur in the match",
+                                "the rewrite rebuilds matched ops (with their attributes) on "
+                                "baseline operands")
+            for arg in value.args:
+                if value.name == SPLAT:
+                    self._require_bound(arg, info)
+                else:
+                    self._check_base_term(arg, info, allow_dist)
+            return
+        raise self.fail(_span(value), "expected a term")
+
+
+    def _matched_op(self, value: Value, info: RuleInfo) -> App:
+        apps = [a for a in _apps_in(info.rule.match) if isinstance(value, Var)
+                and a.name == value.name]
+        if len(apps) != 1:
+            raise self.fail(_span(value), "the first argument of a dim function names one op "
+                            "of the match")
+        return apps[0]
+
+
+def check_rule_set(files: list[RuleFile]) -> dict[str, list[RuleInfo]]:
+    """Check every file; families are shared across files. Returns infos per file path."""
+    families: dict[str, Family] = {}
+    for rule_file in files:
+        for family in rule_file.families:
+            if family.name in families:
+                raise error_at(family.span, rule_file.text,
+                               f"family `{family.name}` is declared twice")
+            for member in family.members:
+                if member not in OP_ARITY:
+                    raise error_at(family.span, rule_file.text,
+                                   f"family `{family.name}` names unknown op `{member}`")
+            families[family.name] = family
+    seen: dict[str, Rule] = {}
+    result: dict[str, list[RuleInfo]] = {}
+    for rule_file in files:
+        checker = RuleChecker(rule_file, families)
+        infos = []
+        for rule in rule_file.rules:
+            if rule.name in seen:
+                other = seen[rule.name].span
+                raise error_at(rule.span, rule_file.text, f"duplicate rule name `{rule.name}`",
+                               f"first defined at {other.path}:{other.line}")
+            seen[rule.name] = rule
+            infos.append(checker.check_rule(rule))
+        result[rule_file.path] = infos
+    return result
+
+
+def _apps_in(app: Value) -> list[App]:
+    if not isinstance(app, App):
+        return []
+    return [app] + [sub for arg in app.args for sub in _apps_in(arg)]
+
+
+def _ops_in(app: Value) -> set[str]:
+    if not isinstance(app, App):
+        return set()
+    names = {app.name}
+    for arg in app.args:
+        names |= _ops_in(arg)
+    return names
+
+
+def _same_term(a: Value, b: Value) -> bool:
+    """Structural equality ignoring spans."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, Var):
+        return a.name == b.name
+    if isinstance(a, IntLit | StrLit):
+        return a.value == b.value
+    if isinstance(a, App):
+        return (a.name == b.name and len(a.args) == len(b.args)
+                and len(a.attrs) == len(b.attrs)
+                and all(x[0] == y[0] and _same_term(x[1], y[1])
+                        for x, y in zip(a.attrs, b.attrs, strict=True))
+                and all(_same_term(x, y) for x, y in zip(a.args, b.args, strict=True)))
+    return False
+
+
+def _span(value) -> Span:
+    return value.span
+
+
+def _arity_text(arities: set[int]) -> str:
+    return " or ".join(str(a) for a in sorted(arities))

@@ -1,0 +1,105 @@
+"""The rule compiler, top to bottom: read, parse, check, lower, emit, shadow check."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from scalify.errors import ScalifyError, line_of
+
+from .check import check_rule_set, error_at
+from .emit import emit_families, emit_rules
+from .lower import EggRule, lower_rule
+from .parse import parse_rule_text
+
+
+@dataclass
+class CompiledRuleFile:
+    path: str
+    rules: list[EggRule]
+    egglog: str
+
+
+@dataclass
+class CompiledRuleSet:
+    files: list[CompiledRuleFile]
+    families: dict[str, tuple[str, ...]]
+
+    @property
+    def rules(self) -> list[EggRule]:
+        return [rule for f in self.files for rule in f.rules]
+
+    def program(self) -> str:
+        """Family facts and every rule, in file order."""
+        return "\n".join([emit_families(self.families)] + [f.egglog for f in self.files])
+
+    def source_of(self, rule_name: str) -> str:
+        return next((r.source for r in self.rules if r.name == rule_name), "")
+
+
+def rule_files_in(directory: str | Path) -> list[Path]:
+    """The `.srl` files of a rules folder, `core.srl` first, then by name."""
+    folder = Path(directory)
+    if not folder.is_dir():
+        raise ScalifyError(f"rules folder not found: {folder}", str(folder))
+    files = sorted(folder.glob("*.srl"), key=lambda p: (p.name != "core.srl", p.name))
+    if not files:
+        raise ScalifyError(f"no .srl files in {folder}", str(folder))
+    return files
+
+
+def compile_texts(sources: list[tuple[str, str]]) -> CompiledRuleSet:
+    """Compile (path, text) pairs as one rule set."""
+    parsed = [parse_rule_text(text, path) for path, text in sources]
+    infos = check_rule_set(parsed)
+    families = {f.name: f.members for p in parsed for f in p.families}
+    files = []
+    for rule_file in parsed:
+        lowered = [lower_rule(info) for info in infos[rule_file.path]]
+        files.append(CompiledRuleFile(rule_file.path, lowered,
+                                      emit_rules(rule_file.path, lowered)))
+    _refuse_shadowed(files, dict(sources))
+    return CompiledRuleSet(files, families)
+
+
+def compile_rule_dir(directory: str | Path) -> CompiledRuleSet:
+    """Compile every `.srl` file of a folder. Raises ScalifyError on the first problem."""
+    sources = []
+    for path in rule_files_in(directory):
+        try:
+            sources.append((str(path), path.read_text()))
+        except OSError as err:
+            raise ScalifyError(f"cannot read rule file: {err.strerror}", str(path)) from None
+    return compile_texts(sources)
+
+
+def _refuse_shadowed(files: list[CompiledRuleFile], texts: dict[str, str]) -> None:
+    """Two rules with the same query (up to variable names) and the same action: the second
+    can never add anything, which is almost always a copy-paste mistake."""
+    seen: dict[str, EggRule] = {}
+    for compiled in files:
+        for rule in compiled.rules:
+            shape = _canonical(" ".join(rule.query) + " => " + " ".join(rule.actions))
+            if shape in seen:
+                first = seen[shape]
+                path, line = rule.source.rsplit(":", 1)
+                raise ScalifyError(
+                    f"rule `{rule.name}` is shadowed by `{first.name}`: same match, conditions "
+                    "and rewrite",
+                    path, int(line), 1, line_of(texts[path], int(line)),
+                    [f"`{first.name}` is at {first.source}"],
+                )
+            seen[shape] = rule
+
+
+def _canonical(text: str) -> str:
+    names: dict[str, str] = {}
+
+    def rename(match: re.Match) -> str:
+        return names.setdefault(match.group(0), f"?v{len(names)}")
+
+    return re.sub(r"\?[A-Za-z_][A-Za-z0-9_]*", rename, text)
+
+
+__all__ = ["CompiledRuleSet", "compile_rule_dir", "compile_texts", "error_at"]

@@ -1,0 +1,168 @@
+"""Lower a checked rule to egglog query atoms and actions.
+
+Terms in the e-graph: `(Op1|Op2|Op3 name key args...)` for every op, where `key` is the op's
+attribute signature (the same string in both graphs when the attributes agree), `(Splat c
+dtype)` for a scalar fill, and the layout constructors `(Shard t dim axis)` and
+`(Partial t op axis)`. `(OutDim key operand dim)`, `(AttrS key name)` and `(AttrI key name)`
+are facts about op signatures that the engine states before running the rules.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .ast import App, Comparison, Equation, IntLit, Membership, Relation, StrLit, Value, Var
+from .check import RuleInfo
+from .signatures import CONSTANT_NAMES, DIM_FUNCTIONS, OP_ATTRS, SPLAT
+
+
+@dataclass
+class EggRule:
+    """One egglog rule, ready for emission."""
+
+    name: str
+    doc: str
+    source: str
+    query: list[str]
+    actions: list[str]
+    ruleset: str = "layout"
+
+
+@dataclass
+class _Lowering:
+    info: RuleInfo
+    query: list[str] = field(default_factory=list)
+    aliases: dict[str, str] = field(default_factory=dict)
+    keys: dict[int, str] = field(default_factory=dict)  # id(App) -> key var
+    key_of_op: dict[str, str] = field(default_factory=dict)  # op name -> key var
+    counter: int = 0
+    bound: dict[str, str] = field(default_factory=dict)
+
+    def fresh(self, stem: str) -> str:
+        self.counter += 1
+        return f"?_{stem}{self.counter}"
+
+    def var(self, name: str) -> str:
+        return self.aliases.get(name, f"?{name}")
+
+    def string(self, value: Value) -> str:
+        if isinstance(value, StrLit):
+            return f'"{value.value}"'
+        if isinstance(value, Var) and value.name in CONSTANT_NAMES:
+            return f'"{value.name}"'
+        return self.var(value.name)
+
+    def dim(self, value: Value) -> str:
+        if isinstance(value, IntLit):
+            return str(value.value)
+        if isinstance(value, StrLit):
+            return f'"{value.value}"'
+        if isinstance(value, Var):
+            return self.string(value)
+        args = value.args
+        key = self.key_of_op[self.info.rule.match.name]
+        if len(args) == 3:
+            key = self.key_of_op[args[0].name]
+            args = args[1:]
+        lookup = f"({DIM_FUNCTIONS[value.name]} {key} {args[0].value} {self.dim(args[1])})"
+        if lookup not in self.bound:
+            self.bound[lookup] = self.fresh("dim")
+            self.query.append(f"(= {self.bound[lookup]} {lookup})")
+        return self.bound[lookup]
+
+    def pattern(self, app: App, target: str) -> None:
+        """Query atoms binding `target` to an instance of `app`."""
+        if app.name == SPLAT:
+            self.query.append(f"(= {target} (Splat {self.string(app.args[0])} {self.fresh('dt')}))")
+            return
+        key = self.fresh("k")
+        self.key_of_op.setdefault(app.name, key)
+        op = self.var(app.name) if app.name in self.info.op_vars else f'"{app.name}"'
+        args = []
+        for arg in app.args:
+            if isinstance(arg, App):
+                sub = self.fresh("t")
+                self.pattern(arg, sub)
+                args.append(sub)
+            else:
+                args.append(self.var(arg.name))
+        self.query.append(f"(= {target} (Op{len(args)} {op} {key} {' '.join(args)}))")
+        for attr, value in app.attrs:
+            kind = OP_ATTRS[app.name][attr]
+            rendered = self.dim(value) if kind == "I" else self.string(value)
+            self.query.append(f'(= (Attr{kind} {key} "{attr}") {rendered})')
+
+    def where(self, clause) -> None:
+        if isinstance(clause, Membership):
+            self.query.append(f'(InFamily {self.var(clause.var)} "{clause.family}")')
+        elif isinstance(clause, Relation):
+            self.relation(clause)
+        elif isinstance(clause, Comparison):
+            self.query.append(f"({clause.op} {self.dim(clause.lhs)} {self.dim(clause.rhs)})")
+        elif isinstance(clause, Equation):
+            self.query.append(f"(= {self.dim(clause.lhs)} {self.dim(clause.rhs)})")
+
+    def relation(self, clause: Relation) -> None:
+        dist = self.var(clause.dist.name)
+        layout = clause.layout
+        if isinstance(layout, Var):  # replicate
+            self.query.append(f"(Base {dist})")
+            self.aliases[clause.base.name] = dist
+        elif layout.name == "invariant":
+            self.query.append(f"(Inv {dist} {self.string(layout.args[0])})")
+            self.aliases[clause.base.name] = dist
+        elif layout.name == "shard":
+            d, a = layout.args
+            self.query.append(
+                f"(= {dist} (Shard {self.var(clause.base.name)} {self.dim(d)} {self.string(a)}))"
+            )
+        else:
+            op, a = layout.args
+            self.query.append(
+                f"(= {dist} (Partial {self.var(clause.base.name)} {self.string(op)} "
+                f"{self.string(a)}))"
+            )
+
+    def build(self, value: Value) -> str:
+        """An action expression building `value` (baseline side of a rewrite)."""
+        if isinstance(value, Var):
+            return self.var(value.name)
+        if value.name == SPLAT:
+            return f"(Splat {self.string(value.args[0])} {self.splat_dtype()})"
+        op = self.var(value.name) if value.name in self.info.op_vars else f'"{value.name}"'
+        args = " ".join(self.build(arg) for arg in value.args)
+        return f"(Op{len(value.args)} {op} {self.key_of_op[value.name]} {args})"
+
+    def splat_dtype(self) -> str:
+        for atom in self.query:
+            if atom.startswith("(= ") and "(Splat " in atom:
+                return atom.rsplit(" ", 1)[1].rstrip(")")
+        raise AssertionError("checked rules only rebuild splats they matched")
+
+    def layout_term(self, inner: str, layout: Value) -> str:
+        if isinstance(layout, Var):
+            return inner
+        if layout.name == "shard":
+            d, a = layout.args
+            return f"(Shard {inner} {self.dim(d)} {self.string(a)})"
+        if layout.name == "partial":
+            op, a = layout.args
+            return f"(Partial {inner} {self.string(op)} {self.string(a)})"
+        raise AssertionError(f"layout {layout.name} is only valid in `where`")
+
+
+def lower_rule(info: RuleInfo, ruleset: str = "layout") -> EggRule:
+    """Translate one checked rule."""
+    rule = info.rule
+    low = _Lowering(info)
+    low.pattern(rule.match, "?n0")
+    for clause in rule.where:
+        low.where(clause)
+    rewrite = rule.rewrite
+    if isinstance(rewrite, Relation):
+        target = low.layout_term(low.build(rewrite.base), rewrite.layout)
+    else:
+        assert isinstance(rewrite, Equation)
+        target = low.build(rewrite.rhs)
+    source = f"{rule.span.path}:{rule.span.line}"
+    return EggRule(rule.name, rule.doc, source, low.query, [f"(union ?n0 {target})"], ruleset)

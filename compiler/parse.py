@@ -1,0 +1,161 @@
+"""Parse `.srl` text into the typed AST; syntax errors become ScalifyError with a caret."""
+
+from __future__ import annotations
+
+from functools import cache
+
+from lark import Lark, Token, Transformer, v_args
+from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
+
+from scalify.errors import ScalifyError, line_of
+from scalify.grammar import grammar_path
+
+from .ast import (
+    App,
+    Comparison,
+    Equation,
+    Family,
+    IntLit,
+    Membership,
+    Relation,
+    Rule,
+    RuleFile,
+    Span,
+    StrLit,
+    Var,
+)
+
+
+@cache
+def _parser() -> Lark:
+    return Lark(
+        grammar_path("srl.lark").read_text(),
+        parser="lalr",
+        strict=True,
+        propagate_positions=True,
+        maybe_placeholders=False,
+    )
+
+
+def _doc_comment(text_lines: list[str], line: int) -> str:
+    """The `#` lines directly above line `line` (1-based): the identity a rule states."""
+    doc: list[str] = []
+    index = line - 2
+    while index >= 0 and text_lines[index].lstrip().startswith("#"):
+        doc.insert(0, text_lines[index].lstrip()[1:].strip())
+        index -= 1
+    return " ".join(doc)
+
+
+class _ToAst(Transformer):
+    def __init__(self, path: str, text: str) -> None:
+        super().__init__()
+        self.path = path
+        self.lines = text.splitlines()
+
+    def _span(self, meta_or_token) -> Span:
+        return Span(self.path, meta_or_token.line, meta_or_token.column)
+
+    def var(self, children: list[Token]) -> Var:
+        return Var(str(children[0]), self._span(children[0]))
+
+    def int(self, children: list[Token]) -> IntLit:
+        return IntLit(int(children[0]), self._span(children[0]))
+
+    def string(self, children: list[Token]) -> StrLit:
+        return StrLit(str(children[0])[1:-1], self._span(children[0]))
+
+    @v_args(meta=True)
+    def app(self, meta, children) -> App:
+        name, *rest = children
+        attrs: tuple = ()
+        if rest and isinstance(rest[0], tuple) and rest[0][:1] == ("attrs",):
+            attrs = rest[0][1]
+            rest = rest[1:]
+        return App(str(name), attrs, tuple(rest), self._span(name))
+
+    def attrs(self, children) -> tuple:
+        return ("attrs", tuple(children))
+
+    def attr(self, children) -> tuple:
+        return (str(children[0]), children[1])
+
+    @v_args(meta=True)
+    def relation(self, meta, children) -> Relation:
+        return Relation(children[0], children[1], children[2], self._span(meta))
+
+    @v_args(meta=True)
+    def membership(self, meta, children) -> Membership:
+        return Membership(str(children[0]), str(children[1]), self._span(meta))
+
+    @v_args(meta=True)
+    def comparison(self, meta, children) -> Comparison:
+        return Comparison(children[0], str(children[1]), children[2], self._span(meta))
+
+    @v_args(meta=True)
+    def equation(self, meta, children) -> Equation:
+        return Equation(children[0], children[1], self._span(meta))
+
+    def match(self, children):
+        return ("match", children[0])
+
+    def where(self, children):
+        return ("where", tuple(children))
+
+    def rewrite(self, children):
+        return ("rewrite", children[0])
+
+    @v_args(meta=True)
+    def family(self, meta, children) -> Family:
+        name, *members = children
+        return Family(str(name), tuple(str(m) for m in members), self._span(meta))
+
+    @v_args(meta=True)
+    def rule(self, meta, children) -> Rule:
+        name = children[0]
+        parts = dict(children[1:])
+        return Rule(
+            name=str(name),
+            doc=_doc_comment(self.lines, meta.line),
+            match=parts["match"],
+            where=parts.get("where", ()),
+            rewrite=parts["rewrite"],
+            span=self._span(meta),
+        )
+
+    def start(self, children):
+        return children
+
+
+def _syntax_error(path: str, text: str, err: UnexpectedInput) -> ScalifyError:
+    if isinstance(err, UnexpectedEOF):
+        expected = sorted(err.expected)
+        lines = text.splitlines() or [""]
+        return ScalifyError(
+            f"unexpected end of file; expected one of: {', '.join(expected)}",
+            path,
+            len(lines),
+            len(lines[-1]) + 1,
+            lines[-1],
+        )
+    if isinstance(err, UnexpectedToken):
+        found = repr(str(err.token)) if err.token.type != "$END" else "end of file"
+        expected = sorted(x for x in err.expected if not x.startswith("__"))
+        message = f"unexpected {found}; expected one of: {', '.join(expected)}"
+    elif isinstance(err, UnexpectedCharacters):
+        message = f"unexpected character {text[err.pos_in_stream]!r}"
+    else:
+        message = "syntax error"
+    return ScalifyError(message, path, err.line, err.column, line_of(text, err.line))
+
+
+def parse_rule_text(text: str, path: str) -> RuleFile:
+    """Parse one `.srl` file's text. Raises ScalifyError on a syntax error."""
+    try:
+        tree = _parser().parse(text)
+    except UnexpectedInput as err:
+        raise _syntax_error(path, text, err) from None
+    items = _ToAst(path, text).transform(tree)
+    families = tuple(i for i in items if isinstance(i, Family))
+    rules = tuple(i for i in items if isinstance(i, Rule))
+    return RuleFile(path, text, families, rules)

@@ -1,0 +1,47 @@
+"""What `.srl` patterns may name: ops with their arity and attributes, layouts, constants."""
+
+from __future__ import annotations
+
+from scalify.ir import COLLECTIVES, ELEMENTWISE_BINARY, ELEMENTWISE_UNARY
+
+# Attribute kinds: "S" string, "I" integer. Each maps to an egglog lookup (AttrS / AttrI).
+OP_ATTRS: dict[str, dict[str, str]] = {
+    "all_reduce": {"op": "S", "axes": "S"},
+    "all_gather": {"dim": "I", "axes": "S"},
+    "reduce_scatter": {"dim": "I", "op": "S", "axes": "S"},
+    "all_to_all": {"split_dim": "I", "concat_dim": "I", "axes": "S"},
+    "collective_permute": {"axes": "S", "shift": "I"},
+    "reduce": {"op": "S"},
+    "compare": {"direction": "S"},
+    "concatenate": {"dim": "I"},
+}
+
+OP_ARITY: dict[str, tuple[int, ...]] = {
+    **{op: (1,) for op in ELEMENTWISE_UNARY},
+    **{op: (2,) for op in ELEMENTWISE_BINARY},
+    **{op: (1,) for op in COLLECTIVES},
+    "select": (3,),
+    "clamp": (3,),
+    "dot": (2,),
+    "reduce": (1, 2),
+    "broadcast": (1,),
+    "reshape": (1,),
+    "transpose": (1,),
+    "slice": (1,),
+    "concatenate": (2, 3),
+    "pad": (2,),
+}
+
+# `splat(c)`: a scalar broadcast to whatever shape its elementwise user has.
+SPLAT = "splat"
+
+LAYOUTS: dict[str, int] = {"shard": 2, "partial": 2, "invariant": 1, "replicate": 0}
+
+# Bare names that are constants, not variables, where a string is expected.
+CONSTANT_NAMES = frozenset({"sum", "max", "min", "prod"})
+
+# Dim functions over an op's signature: `outdim(k, d)` is where dim d of operand k lands in
+# the output (negative when consumed: -1-i for the i-th contracted pair or a reduced dim);
+# `indim(k, e)` is the dim of operand k that lands on output dim e (-1 when none: a new dim).
+# An optional first argument names the matched op they refer to (default: the top op).
+DIM_FUNCTIONS: dict[str, str] = {"outdim": "OutDim", "indim": "InDim"}

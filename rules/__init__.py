@@ -1,0 +1,1 @@
+"""Rule files (`*.srl`), shipped with Scalify as package data."""

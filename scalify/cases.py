@@ -1,0 +1,89 @@
+"""Rule cases: small baseline/distributed HLO pairs with the verdict a rule file promises.
+
+A case file (`rules/tests/<rule file>/*.case`) has `# key: value` header lines, then a
+`--- baseline` and a `--- distributed` section of HLO text:
+
+    # expect: equivalent            (or not_equivalent, unknown, or "not equivalent" for either)
+    # mesh: tp=4
+    # fires: dot_shard_rhs          (rules that must have matched; comma separated)
+    # suspect: add.1                (the node the report must name first)
+
+Each rule has a case that must be proved and a near-miss that must not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .compiler.compile import CompiledRuleSet
+from .errors import ScalifyError
+from .frontends.hlo import parse_hlo
+from .mesh import parse_mesh
+from .report.model import EQUIVALENT, Report
+from .verify import verify_graphs
+
+VERDICTS = ("equivalent", "not_equivalent", "unknown", "not equivalent")
+
+
+@dataclass
+class Case:
+    path: str
+    header: dict[str, str]
+    baseline: str
+    distributed: str
+    fires: list[str] = field(default_factory=list)
+
+
+def read_case(path: Path) -> Case:
+    text = path.read_text()
+    header: dict[str, str] = {}
+    sections: dict[str, list[str]] = {}
+    current = None
+    lines = text.splitlines()
+    for number, line in enumerate(lines, 1):
+        if line.startswith("--- "):
+            current = line[4:].strip()
+            # Pad so HLO errors point at the case file's own line numbers.
+            sections[current] = [""] * number
+        elif current is not None:
+            sections[current].append(line)
+        elif line.startswith("#") and ":" in line:
+            key, _, value = line[1:].partition(":")
+            header[key.strip()] = value.strip()
+    for name in ("baseline", "distributed"):
+        if name not in sections:
+            raise ScalifyError(f"case has no `--- {name}` section", str(path))
+    if header.get("expect") not in VERDICTS:
+        raise ScalifyError(f"case needs `# expect:` one of {', '.join(VERDICTS)}", str(path), 1)
+    fires = [r.strip() for r in header.get("fires", "").split(",") if r.strip()]
+    return Case(str(path), header, "\n".join(sections["baseline"]),
+                "\n".join(sections["distributed"]), fires)
+
+
+def run_case(case: Case, rules: CompiledRuleSet) -> tuple[Report, list[str]]:
+    """Verify a case; returns the report and the list of broken promises (empty = pass)."""
+    base = parse_hlo(case.baseline, case.path)
+    dist = parse_hlo(case.distributed, case.path)
+    mesh = parse_mesh(case.header.get("mesh", "tp=4"))
+    report = verify_graphs(base, dist, rules, mesh)
+    problems = []
+    expect = case.header["expect"]
+    if expect == "not equivalent":
+        if report.verdict == EQUIVALENT:
+            problems.append("expected a verdict other than equivalent, got equivalent")
+    elif report.verdict != expect:
+        problems.append(f"expected {expect}, got {report.verdict}")
+    fired = report.stats["rules_fired"]
+    problems += [f"rule `{r}` did not fire" for r in case.fires if r not in fired]
+    known = {r.name for r in rules.rules}
+    problems += [f"`fires:` names unknown rule `{r}`" for r in case.fires if r not in known]
+    wanted = case.header.get("suspect")
+    if wanted and (not report.suspects or report.suspects[0].node != wanted):
+        got = report.suspects[0].node if report.suspects else "none"
+        problems.append(f"expected first suspect `{wanted}`, got `{got}`")
+    return report, problems
+
+
+def case_files(rules_dir: Path, rule_file: Path) -> list[Path]:
+    return sorted((rules_dir / "tests" / rule_file.stem).glob("*.case"))

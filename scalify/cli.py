@@ -1,0 +1,110 @@
+"""The `scalify` command line. Exit codes: 0 equivalent, 1 not proved, 2 bad input or usage."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from importlib import resources
+from pathlib import Path
+
+from .errors import ScalifyError
+
+EXIT_BAD_INPUT = 2
+
+
+def default_rules_dir() -> Path:
+    """`./rules` when the current folder has one, else the rules shipped with Scalify."""
+    local = Path("rules")
+    if local.is_dir() and any(local.glob("*.srl")):
+        return local
+    return Path(str(resources.files("scalify").joinpath("rules")))
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse exits 2 too; keep its usage line
+        self.print_usage(sys.stderr)
+        print(f"scalify: error: {message}", file=sys.stderr)
+        raise SystemExit(EXIT_BAD_INPUT)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="scalify", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    verify = commands.add_parser("verify", help="prove a distributed graph equals its baseline")
+    verify.add_argument("baseline", help="baseline graph file (HLO text)")
+    verify.add_argument("distributed", help="distributed graph file (HLO text)")
+    verify.add_argument("--rules", type=Path, default=None,
+                        help="folder of .srl rule files (default: ./rules or the bundled rules)")
+    verify.add_argument("--mesh", help="device mesh, e.g. tp=8 or dp=2,tp=4 (default: from "
+                        "the graph)")
+    verify.add_argument("--relations", help="JSON file with input/output layouts")
+    verify.add_argument("--format", choices=["text", "json"], default="text")
+    verify.add_argument("-o", "--output", help="write the report to this file")
+    verify.add_argument("--max-rounds", type=int, default=200, help="saturation round limit")
+    verify.add_argument("--node-limit", type=int, default=2_000_000,
+                        help="e-graph size limit")
+
+    rules = commands.add_parser("rules", help="work with rule files")
+    rule_commands = rules.add_subparsers(dest="rules_command", required=True,
+                                         parser_class=_Parser)
+    lint = rule_commands.add_parser("lint", help="compile rules, check goldens, run cases")
+    lint.add_argument("folder", nargs="?", type=Path, default=None)
+    lint.add_argument("--bless", action="store_true", help="rewrite golden files")
+    show = rule_commands.add_parser("compile", help="print the egglog text of a rule folder")
+    show.add_argument("folder", nargs="?", type=Path, default=None)
+    return parser
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from .report import render
+    from .verify import Limits, verify_files
+
+    report = verify_files(args.baseline, args.distributed, args.rules or default_rules_dir(),
+                          args.mesh, args.relations, Limits(args.max_rounds, args.node_limit))
+    text = render(report, args.format)
+    if args.output:
+        Path(args.output).write_text(text)
+        print(f"verdict: {report.verdict} (report written to {args.output})")
+    else:
+        sys.stdout.write(text)
+    return report.exit_code
+
+
+def _lint(args: argparse.Namespace) -> int:
+    from .lint import lint_rules
+
+    folder = args.folder or default_rules_dir()
+    result = lint_rules(folder, bless=True if args.bless else None)
+    for message in result.messages:
+        print(message)
+    status = "ok" if not result.failures else f"{result.failures} problem(s)"
+    print(f"{folder}: {status}; {result.cases} case(s) run")
+    return 1 if result.failures else 0
+
+
+def _compile(args: argparse.Namespace) -> int:
+    from .compiler.compile import compile_rule_dir
+
+    sys.stdout.write(compile_rule_dir(args.folder or default_rules_dir()).program() + "\n")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "verify":
+            return _verify(args)
+        if args.rules_command == "lint":
+            return _lint(args)
+        return _compile(args)
+    except ScalifyError as err:
+        print(err.render(), file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except OSError as err:
+        print(f"error: {err.strerror}: {err.filename}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

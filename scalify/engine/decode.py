@@ -1,0 +1,41 @@
+"""Read what saturation proved: for each distributed node, its layouts over baseline nodes."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from scalify.layout import Layout, Placement
+
+from .egraph import EGraphSession
+
+
+def proven_relations(session: EGraphSession) -> dict[int, set[tuple[Layout, int]]]:
+    """dist node id -> {(layout, baseline node id)} read from the DistDesc table."""
+    frozen = session.frozen()
+    functions = frozen.functions
+    layouts: dict = {}
+    for row in functions["LNil"].rows:
+        layouts[row.output] = ("nil",)
+    pending = {}
+    for row in functions["LShard"].rows:
+        pending[row.output] = ("shard", session.i64(row.inputs[0]),
+                               session.string(row.inputs[1]), row.inputs[2])
+    for row in functions["LPartial"].rows:
+        pending[row.output] = ("partial", session.string(row.inputs[0]),
+                               session.string(row.inputs[1]), row.inputs[2])
+
+    def decode(value, depth: int = 0) -> Layout:
+        if value in layouts and layouts[value] == ("nil",):
+            return ()
+        kind, a, b, rest = pending[value]
+        inner = decode(rest, depth + 1)
+        if kind == "shard":
+            return inner + (Placement("shard", b, dim=a),)
+        return inner + (Placement("partial", b, op=a),)
+
+    result: dict[int, set[tuple[Layout, int]]] = defaultdict(set)
+    for row in functions["DistDesc"].rows:
+        dist_id = session.i64(row.inputs[0])
+        base_id = session.i64(row.inputs[2])
+        result[dist_id].add((decode(row.inputs[1]), base_id))
+    return result

@@ -1,0 +1,83 @@
+"""A thin session over egglog's bindings: feed text in chunks, run with limits, read tables.
+
+egglog 13.2 parses one program with memory quadratic in its length, so commands go in small
+chunks. Saturation runs in rounds (analysis to fixpoint, then one pass of layout rules) so
+that a round limit or node limit can stop it, and hitting either is reported.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from importlib import resources
+
+import egglog.bindings as egglog
+
+from scalify.errors import ScalifyError
+
+CHUNK = 400
+
+
+@dataclass
+class RunStats:
+    rounds: int = 0
+    saturated: bool = False
+    limit: str = ""  # "" or which limit stopped the run
+    nodes: int = 0
+    rule_matches: dict[str, int] = field(default_factory=dict)
+
+
+class EGraphSession:
+    def __init__(self) -> None:
+        self.egraph = egglog.EGraph()
+        self.feed([resources.files("scalify.engine").joinpath("prelude.egg").read_text()])
+
+    def feed(self, commands: list[str]) -> None:
+        """Run `commands` (egglog text) in chunks."""
+        for start in range(0, len(commands), CHUNK):
+            text = "\n".join(commands[start : start + CHUNK])
+            try:
+                self.egraph.run_program(*self.egraph.parse_program(text))
+            except egglog.EggSmolError as err:
+                raise ScalifyError(f"the e-graph engine rejected the program: {err}") from None
+
+    def size(self) -> int:
+        (output,) = self.egraph.run_program(*self.egraph.parse_program("(print-size)"))
+        return sum(n for _, n in output.sizes)
+
+    def saturate(self, max_rounds: int, node_limit: int) -> RunStats:
+        stats = RunStats()
+        schedule = self.egraph.parse_program(
+            "(run-schedule (saturate (run analysis)) (run layout))"
+        )
+        for _ in range(max_rounds):
+            outputs = self.egraph.run_program(*schedule)
+            stats.rounds += 1
+            updated = False
+            for output in outputs:
+                report = output.report
+                updated |= report.updated
+                for rule, count in report.num_matches_per_rule.items():
+                    stats.rule_matches[rule] = stats.rule_matches.get(rule, 0) + count
+            stats.nodes = self.size()
+            if not updated:
+                stats.saturated = True
+                break
+            if stats.nodes > node_limit:
+                stats.limit = f"e-graph node limit {node_limit} reached"
+                break
+        else:
+            stats.limit = f"round limit {max_rounds} reached"
+        self.egraph.run_program(*self.egraph.parse_program("(run-schedule (saturate (run analysis)))"))
+        return stats
+
+    def table(self, name: str):
+        return self.egraph.freeze().functions[name].rows
+
+    def frozen(self):
+        return self.egraph.freeze()
+
+    def i64(self, value) -> int:
+        return self.egraph.value_to_i64(value)
+
+    def string(self, value) -> str:
+        return self.egraph.value_to_string(value)

@@ -1,0 +1,134 @@
+"""Localisation: the distributed nodes where agreement with the baseline first breaks.
+
+A node is on the frontier when no rule related it to a baseline node while all its operands
+are related. Each suspect gets a reason in words; reasons that name a known bug pattern are
+marked definite, the rest say that a rule may be missing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from scalify.ir import COLLECTIVES, Graph, Node
+from scalify.layout import Layout, layout_str
+from scalify.mesh import Mesh
+
+from .signature import ELEMENTWISE, collective_axes
+
+Proven = dict[int, set[tuple[Layout, int]]]
+LITERALS = {"constant", "iota"}
+
+
+@dataclass
+class Finding:
+    node: Node
+    reason: str
+    definite: bool
+    operands: list[str]
+
+
+def _is_literal(node: Node, graph: Graph) -> bool:
+    if node.op in LITERALS:
+        return True
+    return node.op == "broadcast" and all(_is_literal(graph.node(o), graph) for o in node.operands)
+
+
+def related(node_id: int, graph: Graph, proven: Proven) -> bool:
+    return node_id in proven or _is_literal(graph.node(node_id), graph)
+
+
+def describe(node_id: int, dist: Graph, base: Graph, proven: Proven) -> str:
+    node = dist.node(node_id)
+    if node_id not in proven:
+        return f"{node.name}: literal" if _is_literal(node, dist) else f"{node.name}: unrelated"
+    parts = sorted(f"{layout_str(lay)} of {base.node(b).name}" for lay, b in proven[node_id])
+    return f"{node.name}: " + " | ".join(parts[:3])
+
+
+def _layouts(node_id: int, proven: Proven) -> list[Layout]:
+    return [lay for lay, _ in proven.get(node_id, ())]
+
+
+def _partial_axes(layouts: list[Layout]) -> set[str]:
+    return {p.axis for lay in layouts for p in lay if p.kind == "partial"}
+
+
+def _explain(node: Node, dist: Graph, proven: Proven, mesh: Mesh) -> tuple[str, bool]:
+    operand_layouts = [_layouts(o, proven) for o in node.operands]
+    if node.op in COLLECTIVES and node.op != "collective_permute":
+        axes = collective_axes(node, mesh)
+        if axes.startswith("groups"):
+            expected = "; ".join(
+                f"{a}: {_groups_text(mesh.groups((a,)))}" for a in mesh.names
+            )
+            return (f"{node.op} over replica groups {axes[6:]}, which are not the groups of any "
+                    f"mesh axis ({expected}): the reduction runs over the wrong devices", True)
+        partial = _partial_axes(operand_layouts[0])
+        if node.op in ("all_reduce", "reduce_scatter"):
+            if not partial and operand_layouts[0]:
+                scale = 1
+                for a in axes.split(","):
+                    scale *= mesh.axis_size(a)
+                return (f"{node.op} over {axes} of a value that is already complete on every "
+                        f"device ({layout_str(operand_layouts[0][0])}): the result is "
+                        f"{scale}x too large; is the reduction applied twice?", True)
+            if partial and axes not in partial:
+                return (f"{node.op} over {axes}, but its operand is a partial sum over "
+                        f"{', '.join(sorted(partial))}: the reduction runs over the wrong "
+                        "devices", True)
+        return (f"{node.op} over {axes} does not match its operand's layout "
+                f"({_layouts_text(operand_layouts[0])})", False)
+    if node.op in ("add", "sub"):
+        kinds = [bool(_partial_axes(lays)) for lays in operand_layouts]
+        if any(kinds) and not all(kinds):
+            axis = sorted(_partial_axes(operand_layouts[kinds.index(True)]))[0]
+            return (f"{node.op} of a partial sum over {axis} and a complete value: the complete "
+                    f"value is counted {mesh.axis_size(axis)} times once the partial sum is "
+                    f"reduced (a bias added before the all-reduce, or an all-reduce over {axis} "
+                    "missing before this op)", True)
+    if node.op == "convert":
+        return (f"convert to {node.dtype}: the baseline computes no such conversion here "
+                "(the two pipelines use different precisions)", True)
+    if node.op in ELEMENTWISE and len(node.operands) > 1:
+        texts = {_layouts_text(lays) for lays in operand_layouts if lays}
+        if len(texts) > 1:
+            return (f"elementwise {node.op} of operands related to the baseline by different "
+                    f"layouts: {' vs '.join(sorted(texts))}", True)
+    if node.op == "opaque":
+        return (f"opaque op `{node.attrs.get('hlo_op', '?')}`: Scalify has no semantics for "
+                "it, so it only matches the identical baseline op on identical operands", False)
+    operands = ", ".join(_layouts_text(lays) for lays in operand_layouts)
+    return (f"no rule relates {node.op}({operands}) to a node of the baseline: the baseline "
+            "computes no such value, or a rule is missing", False)
+
+
+def _groups_text(groups) -> str:
+    return "{" + ",".join("{" + ",".join(map(str, g)) + "}" for g in groups) + "}"
+
+
+def _layouts_text(layouts: list[Layout]) -> str:
+    return " | ".join(sorted({layout_str(lay) for lay in layouts})) or "unrelated"
+
+
+def frontier(dist: Graph, base: Graph, proven: Proven, mesh: Mesh) -> list[Finding]:
+    """Unrelated distributed nodes all of whose operands are related, in graph order."""
+    findings = []
+    for node in dist.nodes.values():
+        if node.op == "parameter" or related(node.id, dist, proven):
+            continue
+        if all(related(o, dist, proven) for o in node.operands):
+            reason, definite = _explain(node, dist, proven, mesh)
+            operands = [describe(o, dist, base, proven) for o in node.operands]
+            findings.append(Finding(node, reason, definite, operands))
+    findings.sort(key=lambda f: not f.definite)
+    return findings
+
+
+def output_mismatch(node: Node, expected: Layout, proven_layouts: list[Layout]) -> str:
+    """Why an output that is related to the baseline still does not meet its relation."""
+    have = _layouts_text(proven_layouts)
+    partial = _partial_axes(proven_layouts)
+    text = f"output is {have} but {layout_str(expected)} is required"
+    if partial:
+        text += f": an all-reduce over {', '.join(sorted(partial))} is missing"
+    return text

@@ -1,0 +1,160 @@
+"""Op signatures: the attribute key of a node and the facts rules read about it.
+
+A key names an op's meaning independent of which graph it is in: it holds the attributes
+that matter and leaves out sizes a layout changes (a column-parallel dot has the same key as
+its baseline dot). Dim maps (`OutDim`/`InDim`) say where each operand dim goes, so one rule
+covers every rank and every dim numbering.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from scalify.ir import COLLECTIVES, ELEMENTWISE_BINARY, ELEMENTWISE_UNARY, Graph, Node
+from scalify.mesh import Mesh
+
+ELEMENTWISE = ELEMENTWISE_UNARY | ELEMENTWISE_BINARY | {"select", "clamp"}
+ORDER_SENSITIVE = {"all_gather", "reduce_scatter", "all_to_all"}
+NOT_PURE = COLLECTIVES | {"rank_index", "opaque"}
+
+
+@dataclass
+class Signature:
+    """Everything the e-graph needs to know about an op apart from its operands."""
+
+    key: str
+    out_dims: dict[tuple[int, int], int] = field(default_factory=dict)
+    in_dims: dict[tuple[int, int], int] = field(default_factory=dict)
+    attrs_s: dict[str, str] = field(default_factory=dict)
+    attrs_i: dict[str, int] = field(default_factory=dict)
+
+
+def _ints(values) -> str:
+    return ",".join(str(v) for v in values)
+
+
+def _dot_maps(node: Node, ranks: list[int]) -> list[list[int]]:
+    a = node.attrs
+    lb, rb = tuple(a.get("lhs_batch", ())), tuple(a.get("rhs_batch", ()))
+    lc, rc = tuple(a.get("lhs_contracting", ())), tuple(a.get("rhs_contracting", ()))
+    lhs_free = [d for d in range(ranks[0]) if d not in lb and d not in lc]
+    rhs_free = [d for d in range(ranks[1]) if d not in rb and d not in rc]
+    lhs = [0] * ranks[0]
+    rhs = [0] * ranks[1]
+    for i, (l_dim, r_dim) in enumerate(zip(lb, rb, strict=True)):
+        lhs[l_dim], rhs[r_dim] = i, i
+    for i, (l_dim, r_dim) in enumerate(zip(lc, rc, strict=True)):
+        lhs[l_dim], rhs[r_dim] = -1 - i, -1 - i
+    for j, d in enumerate(lhs_free):
+        lhs[d] = len(lb) + j
+    for j, d in enumerate(rhs_free):
+        rhs[d] = len(lb) + len(lhs_free) + j
+    return [lhs, rhs]
+
+
+def _dim_maps(node: Node, ranks: list[int], out_rank: int) -> list[list[int]]:
+    op, a = node.op, node.attrs
+    if op in ELEMENTWISE or op in COLLECTIVES:
+        return [list(range(r)) if r == out_rank else [] for r in ranks]
+    if op == "dot":
+        return _dot_maps(node, ranks)
+    if op == "reduce":
+        dims = set(a["dims"])
+        kept = [d for d in range(ranks[0]) if d not in dims]
+        return [[-1 if d in dims else kept.index(d) for d in range(ranks[0])]]
+    if op == "broadcast":
+        return [list(a["dims"])]
+    if op == "transpose":
+        perm = list(a["perm"])
+        return [[perm.index(d) for d in range(ranks[0])]]
+    if op == "slice":
+        sliced = set(a.get("sliced_dims", ()))
+        return [[-1 if d in sliced else d for d in range(ranks[0])]]
+    if op == "concatenate":
+        return [[-1 if d == a["dim"] else d for d in range(r)] for r in ranks]
+    return []
+
+
+def node_signature(
+    node: Node, graph: Graph, mesh: Mesh, shape_free_broadcast: bool = False
+) -> Signature:
+    """The signature of `node`. `shape_free_broadcast`: every user of this broadcast is
+    elementwise, so the user's other operand fixes the new dims' sizes and the key may omit
+    them (they differ between a sharded and a baseline graph)."""
+    operands = [graph.node(i) for i in node.operands]
+    ranks = [len(o.shape) for o in operands]
+    parts = [node.op, node.dtype, "r=" + _ints(ranks)]
+    a = node.attrs
+    sig = Signature("")
+    if node.op == "dot":
+        parts += [f"lb={_ints(a.get('lhs_batch', ()))}", f"rb={_ints(a.get('rhs_batch', ()))}",
+                  f"lc={_ints(a.get('lhs_contracting', ()))}",
+                  f"rc={_ints(a.get('rhs_contracting', ()))}"]
+    elif node.op == "reduce":
+        parts += [f"dims={_ints(a['dims'])}", f"op={a['op']}"]
+        sig.attrs_s["op"] = a["op"]
+    elif node.op == "broadcast":
+        parts.append(f"dims={_ints(a['dims'])}")
+        parts.append(f"rank={len(node.shape)}")
+        if not shape_free_broadcast:
+            new = [f"{d}:{n}" for d, n in enumerate(node.shape) if d not in a["dims"]]
+            parts.append("new=" + _ints(new))
+    elif node.op == "transpose":
+        parts.append(f"perm={_ints(a['perm'])}")
+    elif node.op == "reshape":
+        parts.append(f"from={_ints(operands[0].shape)}")
+        parts.append(f"to={_ints(node.shape)}")
+    elif node.op == "slice":
+        sliced = []
+        for d, (start, limit, stride) in enumerate(
+            zip(a["starts"], a["limits"], a["strides"], strict=True)
+        ):
+            if (start, limit, stride) != (0, operands[0].shape[d], 1):
+                sliced.append(d)
+                parts.append(f"{d}:{start}:{limit}:{stride}")
+        a = {**a, "sliced_dims": tuple(sliced)}
+    elif node.op == "compare":
+        parts.append(f"dir={a.get('direction', '')}")
+        sig.attrs_s["direction"] = str(a.get("direction", ""))
+    elif node.op == "concatenate":
+        parts.append(f"dim={a['dim']}")
+        sig.attrs_i["dim"] = int(a["dim"])
+    elif node.op in COLLECTIVES:
+        _collective(node, mesh, parts, sig)
+    elif node.op in ("opaque", "pad", "iota", "dynamic_slice", "rank_index"):
+        parts.append(repr(sorted((k, str(v)) for k, v in a.items())))
+        parts.append(f"shape={_ints(node.shape)}")
+    elif node.op not in ELEMENTWISE:
+        parts.append(repr(sorted((k, str(v)) for k, v in a.items())))
+    sig.key = "|".join(parts)
+    node_for_maps = Node(node.id, node.op, node.operands, node.shape, node.dtype, a)
+    for k, dims in enumerate(_dim_maps(node_for_maps, ranks, len(node.shape))):
+        for d, e in enumerate(dims):
+            sig.out_dims[(k, d)] = e
+        for e in range(len(node.shape)):
+            sig.in_dims[(k, e)] = dims.index(e) if e in dims else -1
+    return sig
+
+
+def collective_axes(node: Node, mesh: Mesh) -> str:
+    """The mesh axes a collective runs over, or a description of groups that are none."""
+    groups = tuple(tuple(g) for g in node.attrs.get("groups", ()))
+    found = mesh.axes_of_groups(groups, ordered=node.op in ORDER_SENSITIVE)
+    if found is not None:
+        return found
+    return "groups" + "{" + ",".join("{" + _ints(g) + "}" for g in groups) + "}"
+
+
+def _collective(node: Node, mesh: Mesh, parts: list[str], sig: Signature) -> None:
+    a = node.attrs
+    axes = collective_axes(node, mesh) if node.op != "collective_permute" else \
+        "pairs=" + _ints(f"{s}>{t}" for s, t in a.get("pairs", ()))
+    sig.attrs_s["axes"] = axes
+    parts.append(f"axes={axes}")
+    if "op" in a:
+        sig.attrs_s["op"] = str(a["op"])
+        parts.append(f"op={a['op']}")
+    for name in ("dim", "split_dim", "concat_dim"):
+        if name in a:
+            sig.attrs_i[name] = int(a[name])
+            parts.append(f"{name}={a[name]}")

@@ -1,0 +1,26 @@
+"""Frontends turn framework graph files into the IR."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from scalify.canonicalize import canonicalize
+from scalify.errors import ScalifyError
+from scalify.ir import Graph
+
+
+def load_graph(path: str) -> Graph:
+    """Load a graph file, choosing the frontend from its content."""
+    file = Path(path)
+    if not file.is_file():
+        raise ScalifyError(f"graph file not found: {path}", path)
+    try:
+        text = file.read_text()
+    except (OSError, UnicodeDecodeError) as err:
+        raise ScalifyError(f"cannot read graph file: {err}", path) from None
+    if text.lstrip().startswith("HloModule"):
+        from .hlo import parse_hlo
+
+        return canonicalize(parse_hlo(text, path))
+    raise ScalifyError("unrecognised graph file: expected HLO text starting with `HloModule`",
+                       path, 1, 1, text.splitlines()[0] if text.strip() else "")

@@ -1,0 +1,1242 @@
+"""HLO text frontend: turns an XLA HLO module (JAX, XLA pass dumps, compiled modules, torch-xla)
+into Scalify's graph IR.
+
+Parsing is one LALR pass (grammar `hlo.lark`) whose inline transformer builds light records; the
+attribute values are kept as raw text and only the handful Scalify needs are interpreted here.
+Lowering then walks the ENTRY computation once, inlining `call`/`fusion` bodies, resolving
+tuples, dropping sharding/layout-only instructions, mapping opcodes to the canonical vocabulary
+of `scalify.ir`, and finally pruning what the outputs do not reach. Every pass is linear.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+from pathlib import Path
+from typing import Any
+
+from lark import Lark, Token, Transformer
+from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
+from lark.lexer import PatternStr
+
+from scalify.errors import ScalifyError, line_of
+from scalify.grammar import grammar_path
+from scalify.ir import Graph, Node, SourceLoc, TileSharding
+
+__all__ = ["load_hlo", "parse_hlo"]
+
+
+# --------------------------------------------------------------------------------------------
+# Parse records
+
+
+class _Array:
+    """An array type: dtype and dims (a dynamic `<=N` dim reads as N, `?` as -1)."""
+
+    __slots__ = ("dtype", "dims")
+
+    def __init__(self, dtype: str, dims: tuple[int, ...]) -> None:
+        self.dtype = dtype
+        self.dims = dims
+
+
+# A shape is an _Array or a list of shapes (a tuple type).
+_Shape = Any
+# A raw attribute value: the token text, or a (start, end) span into the module text.
+_Raw = Any
+
+
+class _Instr:
+    """One HLO instruction as written; attribute values stay raw until someone needs them."""
+
+    __slots__ = ("name", "shape", "opcode", "operands", "args_span", "attrs", "root", "token")
+
+    def __init__(
+        self,
+        name: str,
+        shape: _Shape,
+        opcode: str,
+        operands: list[Token],
+        args_span: tuple[int, int],
+        attrs: dict[str, _Raw],
+        root: bool,
+        token: Token,
+    ) -> None:
+        self.name = name
+        self.shape = shape
+        self.opcode = opcode
+        self.operands = operands
+        self.args_span = args_span
+        self.attrs = attrs
+        self.root = root
+        self.token = token
+
+
+class _Comp:
+    """One computation: its instructions in text order, the root, and a name index."""
+
+    __slots__ = ("name", "entry", "instrs", "token", "root", "order", "by_name")
+
+    def __init__(self, name: str, entry: bool, instrs: list[_Instr], token: Token) -> None:
+        self.name = name
+        self.entry = entry
+        self.instrs = instrs
+        self.token = token
+        self.root: _Instr | None = None
+        self.order: list[_Instr] = instrs
+        self.by_name: dict[str, _Instr] = {}
+
+
+class _Module:
+    __slots__ = ("attrs", "tables", "comps")
+
+    def __init__(self) -> None:
+        self.attrs: dict[str, _Raw] = {}
+        self.tables: dict[str, list[tuple[int, _Raw]]] = {}
+        self.comps: list[_Comp] = []
+
+
+class _BadToken(Exception):
+    """A token the grammar accepted but whose content is malformed (raised during parsing)."""
+
+    def __init__(self, token: Token, message: str) -> None:
+        super().__init__(message)
+        self.token = token
+        self.message = message
+
+
+def _strip_pct(name: str) -> str:
+    return name[1:] if name.startswith("%") else name
+
+
+_SHAPE_CACHE: dict[str, _Array] = {}
+_SHAPE_RE = re.compile(r"([a-z][a-z0-9]*)\[([^\]]*)\]")
+
+
+def _array_of(token: Token) -> _Array:
+    """Parse `f32[8,16]{1,0}` (cached: real modules repeat a few shapes thousands of times)."""
+    text = str(token)
+    cached = _SHAPE_CACHE.get(text)
+    if cached is not None:
+        return cached
+    m = _SHAPE_RE.match(text)
+    assert m is not None  # the SHAPE terminal guarantees it
+    dims: list[int] = []
+    body = m.group(2).strip()
+    if body:
+        for part in body.split(","):
+            part = part.strip().removeprefix("<=")
+            if part == "?":
+                dims.append(-1)
+            elif part.isdigit():
+                dims.append(int(part))
+            else:
+                raise _BadToken(token, f"bad dimension '{part}' in shape '{text}'")
+    arr = _Array(m.group(1), tuple(dims))
+    _SHAPE_CACHE[text] = arr
+    return arr
+
+
+class _ToRecords(Transformer):
+    """Inline LALR callbacks: build records directly, no parse tree (this is the hot path)."""
+
+    def array_shape(self, c: list[Any]) -> _Array:
+        return _array_of(c[0])
+
+    def tuple_shape(self, c: list[Any]) -> list[_Shape]:
+        return [x for x in c if not isinstance(x, Token)]
+
+    def group(self, c: list[Any]) -> _Raw:
+        if len(c) == 1:
+            return c[0]
+        return (c[0].start_pos, c[-1].end_pos)
+
+    def nested(self, c: list[Any]) -> None:
+        return None
+
+    def value(self, c: list[Any]) -> _Raw:
+        return c[0]
+
+    def attr(self, c: list[Any]) -> tuple[str, _Raw]:
+        return (str(c[0]), c[1])
+
+    def typed_arg(self, c: list[Any]) -> Token | None:
+        return c[1] if len(c) > 1 else None
+
+    def name_arg(self, c: list[Any]) -> Token:
+        return c[0]
+
+    def literal_arg(self, c: list[Any]) -> None:
+        return None
+
+    def args(self, c: list[Any]) -> tuple[list[Token], tuple[int, int]]:
+        operands = [x for x in c[1:-1] if x is not None]
+        return operands, (c[0].end_pos, c[-1].start_pos)
+
+    def instr(self, c: list[Any]) -> _Instr:
+        root = c[0].type == "ROOT"
+        i = 1 if root else 0
+        name_tok = c[i]
+        operands, span = c[i + 3]
+        attrs = dict(c[i + 4 :])
+        return _Instr(
+            _strip_pct(str(name_tok)), c[i + 1], str(c[i + 2]), operands, span, attrs, root,
+            name_tok,
+        )
+
+    def computation(self, c: list[Any]) -> _Comp:
+        entry = isinstance(c[0], Token) and c[0].type == "ENTRY"
+        name_tok = c[1] if entry else c[0]
+        instrs = [x for x in c if isinstance(x, _Instr)]
+        return _Comp(_strip_pct(str(name_tok)), entry, instrs, name_tok)
+
+    def signature(self, c: list[Any]) -> None:
+        return None
+
+    def param_decl(self, c: list[Any]) -> None:
+        return None
+
+    def table_row(self, c: list[Any]) -> tuple[int, _Raw]:
+        return (int(c[0]), c[1])
+
+    def table(self, c: list[Any]) -> tuple[str, list[tuple[int, _Raw]]]:
+        return (str(c[0]), c[1:])
+
+    def module_header(self, c: list[Any]) -> dict[str, _Raw]:
+        return dict(c[1:])
+
+    def start(self, c: list[Any]) -> _Module:
+        module = _Module()
+        for item in c:
+            if isinstance(item, _Comp):
+                module.comps.append(item)
+            elif isinstance(item, dict):
+                module.attrs.update(item)
+            elif isinstance(item, tuple):
+                module.tables[item[0]] = item[1]
+        return module
+
+
+_PARSER: Lark | None = None
+_PARSER_LOCK = threading.Lock()
+
+
+def _parser() -> Lark:
+    """The module-wide parser, built on first use (grammar analysis takes ~0.2 s)."""
+    global _PARSER
+    with _PARSER_LOCK:
+        if _PARSER is None:
+            _PARSER = Lark(
+                grammar_path("hlo.lark").read_text(encoding="utf-8"),
+                parser="lalr",
+                lexer="contextual",
+                propagate_positions=True,
+                maybe_placeholders=False,
+                transformer=_ToRecords(),
+            )
+        return _PARSER
+
+
+# --------------------------------------------------------------------------------------------
+# Syntax errors
+
+_TERMINAL_WORDS = {
+    "NAME": "a name",
+    "SHAPE": "a shape",
+    "NUMBER": "a number",
+    "INT": "an integer",
+    "STRING": "a string",
+    "FLAT": "'{'",
+    "INNER": "a value",
+    "ATOM": "a value",
+    "IOTA": "a device list",
+    "$END": "end of input",
+}
+
+
+def _terminal_word(parser: Lark, name: str) -> str:
+    if name in _TERMINAL_WORDS:
+        return _TERMINAL_WORDS[name]
+    try:
+        pattern = parser.get_terminal(name).pattern
+    except KeyError:
+        return name.lower()
+    if isinstance(pattern, PatternStr):
+        return f"'{pattern.value}'"
+    return name.lower()
+
+
+def _end_position(text: str) -> tuple[int, int]:
+    """Line and column just after the last non-blank character (where truncation shows)."""
+    body = text.rstrip()
+    if not body:
+        return 1, 1
+    line = body.count("\n") + 1
+    last = body[body.rfind("\n") + 1 :]
+    return line, len(last) + 1
+
+
+def _syntax_error(parser: Lark, err: UnexpectedInput, text: str, path: str) -> ScalifyError:
+    if isinstance(err, UnexpectedToken):
+        expected = err.expected
+        token = err.token
+        if token.type == "$END":
+            found = "end of input"
+            line, column = _end_position(text)
+        else:
+            value = str(token)
+            found = f"'{value[:40]}...'" if len(value) > 40 else f"'{value}'"
+            line, column = token.line, token.column
+    elif isinstance(err, UnexpectedCharacters):
+        expected = err.allowed or set()
+        found = f"'{err.char}'"
+        line, column = err.line, err.column
+    else:
+        assert isinstance(err, UnexpectedEOF)
+        expected = set(err.expected)
+        found = "end of input"
+        line, column = _end_position(text)
+    words = sorted({_terminal_word(parser, name) for name in expected})
+    message = f"expected one of {', '.join(words)}, found {found}" if words else f"found {found}"
+    return ScalifyError(message, path, line, column, line_of(text, line))
+
+
+# --------------------------------------------------------------------------------------------
+# Attribute parsers (small and dedicated, on raw attribute text)
+
+_COMMENT_RE = re.compile(r"/\*.*?\*/")
+_INT_RE = re.compile(r"-?\d+")
+_IOTA_RE = re.compile(r"\[([\d,\s]*)\]\s*<=\s*\[([\d,\s]*)\](?:\s*T\(([\d,\s]*)\))?")
+
+
+def _ints(raw: str) -> tuple[int, ...]:
+    """`{1,0}` -> (1, 0); `{}` -> (); a bare `3` -> (3,)."""
+    return tuple(int(x) for x in _INT_RE.findall(raw))
+
+
+def _int_list(text: str) -> list[int]:
+    return [int(x) for x in _INT_RE.findall(text)]
+
+
+def _iota_groups(m: re.Match[str]) -> list[list[int]]:
+    """Expand an iota device list `[G,S]<=[d0,d1,..]T(p..)`: iota(prod(d)) reshaped to d,
+    transposed by p, flattened, then reshaped to [G, S] (only its last dim splits groups)."""
+    shape = _int_list(m.group(1))
+    dims = _int_list(m.group(2))
+    perm = _int_list(m.group(3)) if m.group(3) is not None else list(range(len(dims)))
+    total = math.prod(dims)
+    if sorted(perm) != list(range(len(dims))) or math.prod(shape) != total:
+        raise ValueError(f"inconsistent iota device list '{m.group(0)}'")
+    # Row-major strides of the reshaped iota, visited in permuted order.
+    strides = [math.prod(dims[i + 1 :]) for i in range(len(dims))]
+    pdims = [dims[p] for p in perm]
+    pstrides = [strides[p] for p in perm]
+    flat: list[int] = [0]
+    for size, stride in zip(pdims, pstrides, strict=True):
+        flat = [base + k * stride for base in flat for k in range(size)]
+    width = shape[-1] if shape else 1
+    return [flat[i : i + width] for i in range(0, total, width)]
+
+
+def _groups(raw: str) -> tuple[tuple[int, ...], ...]:
+    """Replica groups: `{{0,1},{2,3}}`, `{}` (all devices -> ()), or the iota form."""
+    raw = _COMMENT_RE.sub("", raw).strip()
+    m = _IOTA_RE.fullmatch(raw)
+    if m is not None:
+        return tuple(tuple(g) for g in _iota_groups(m))
+    groups = [tuple(_int_list(g)) for g in re.findall(r"\{([^{}]*)\}", raw[1:-1])]
+    if all(not g for g in groups):
+        return ()
+    return tuple(groups)
+
+
+def _pairs(raw: str) -> tuple[tuple[int, int], ...]:
+    """`source_target_pairs={{0,1},{1,2}}` -> ((0, 1), (1, 2))."""
+    out = []
+    for g in re.findall(r"\{([^{}]*)\}", raw[1:-1] if raw.startswith("{") else raw):
+        ints = _int_list(g)
+        if len(ints) != 2:
+            raise ValueError(f"bad source/target pair '{{{g}}}'")
+        out.append((ints[0], ints[1]))
+    return tuple(out)
+
+
+_SLICE_RE = re.compile(r"\[\s*(-?\d+)\s*:\s*(-?\d+)\s*(?::\s*(-?\d+)\s*)?\]")
+
+
+def _slice(raw: str) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    starts, limits, strides = [], [], []
+    for m in _SLICE_RE.finditer(raw):
+        starts.append(int(m.group(1)))
+        limits.append(int(m.group(2)))
+        strides.append(int(m.group(3)) if m.group(3) is not None else 1)
+    return tuple(starts), tuple(limits), tuple(strides)
+
+
+def _unquote(raw: str) -> str:
+    """The content of an HLO string literal (C escapes for quotes and backslashes)."""
+    raw = raw.strip()
+    if len(raw) >= 2 and raw[0] == '"' and raw[-1] == '"':
+        raw = raw[1:-1]
+    return re.sub(r"\\(.)", r"\1", raw)
+
+
+def _split_top(text: str, sep: str = ",") -> list[str]:
+    """Split on `sep` outside brackets, braces, parentheses and strings."""
+    parts, depth, start, i, n = [], 0, 0, 0, len(text)
+    while i < n:
+        ch = text[i]
+        if ch == '"':
+            i += 1
+            while i < n and text[i] != '"':
+                i += 2 if text[i] == "\\" else 1
+        elif ch in "{[(":
+            depth += 1
+        elif ch in "}])":
+            depth -= 1
+        elif ch == sep and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+        i += 1
+    parts.append(text[start:])
+    return [p.strip() for p in parts if p.strip()]
+
+
+def _hlo_sharding(raw: str, shape: _Shape) -> list[TileSharding | None]:
+    """An HLO `sharding=` value as one TileSharding (or None) per leaf of `shape`.
+
+    `{devices=[2,1,4]<=[8] last_tile_dim_replicate}` -> tiles (2, 1); `last_tile_dims={..}` drops
+    as many trailing dims; `{replicated}` -> all ones. Maximal/manual/unknown give None. A tuple
+    sharding lists the leaves' shardings in order.
+    """
+    leaves = _shape_leaves(shape)
+    text = _COMMENT_RE.sub("", raw).strip()
+    if text.startswith("{"):
+        text = text[1:-1].strip()
+    if text.startswith("{"):
+        elements = _split_top(text)
+        if len(elements) != len(leaves):
+            return [None] * len(leaves)
+        return [_one_sharding(e[1:-1].strip(), leaf) for e, leaf in zip(elements, leaves, strict=True)]
+    return [_one_sharding(text, leaf) for leaf in leaves]
+
+
+def _one_sharding(text: str, leaf: _Array) -> TileSharding | None:
+    if text.startswith("replicated"):
+        return TileSharding(tiles=(1,) * len(leaf.dims), replicated=True)
+    m = re.match(r"devices=\[([\d,\s]*)\]", text)
+    if m is None:
+        return None
+    tiles = _int_list(m.group(1))
+    if "last_tile_dim_replicate" in text:
+        tiles = tiles[:-1]
+    else:
+        sub = re.search(r"last_tile_dims=\{([^{}]*)\}", text)
+        if sub is not None:
+            tiles = tiles[: len(tiles) - len(_split_top(sub.group(1)))]
+    if len(tiles) != len(leaf.dims):
+        return None
+    return TileSharding(tiles=tuple(tiles), replicated=all(t == 1 for t in tiles))
+
+
+_SDY_DIMS_RE = re.compile(
+    r"<\s*(?:@[\w.\-]+|#?sdy\.mesh<[^>]*>|mesh<[^>]*>)\s*,\s*"
+    r"\[((?:\s*\{[^{}]*\}(?:p\d+)?\s*,?)*)\]"
+)
+_SDY_AXIS_RE = re.compile(r'"([^"]*)"((?::\(\d+\)\d+)?)')
+
+
+def _sdy_shardings(raw: str) -> list[tuple[tuple[str, ...], ...]]:
+    """Mesh axes per dim for each value of a Shardy sharding (per-value list or single):
+    `#sdy.sharding_per_value<[<@mesh, [{}, {"tp"}]>]>` -> [((), ("tp",))]. Sub-axes keep their
+    `:(k)n` suffix in the axis name."""
+    text = _unquote(raw)
+    out = []
+    for m in _SDY_DIMS_RE.finditer(text):
+        dims = re.findall(r"\{([^{}]*)\}", m.group(1))
+        out.append(tuple(tuple(a + s for a, s in _SDY_AXIS_RE.findall(d)) for d in dims))
+    return out
+
+
+def _mesh_hint(raw: str) -> dict[str, int]:
+    """Axis sizes of the first non-empty `#sdy.mesh<[...]>` in `xla.sdy.meshes`."""
+    text = _unquote(raw) if raw.lstrip().startswith('"') else raw.replace('\\"', '"')
+    for m in re.finditer(r"sdy\.mesh<\[([^\]]*)\]", text):
+        axes = re.findall(r'"([^"]+)"\s*=\s*(\d+)', m.group(1))
+        if axes:
+            return {name: int(size) for name, size in axes}
+    return {}
+
+
+def _frontend_attr(raw: str, key: str) -> str | None:
+    """One entry of a `frontend_attributes={k=v,...}` value, raw."""
+    text = raw.strip()
+    if text.startswith("{"):
+        text = text[1:-1]
+    for part in _split_top(text):
+        name, _, value = part.partition("=")
+        if name.strip() == key:
+            return value.strip()
+    return None
+
+
+_META_RE = re.compile(r'([\w.\-]+)=("(?:[^"\\]|\\.)*"|[^\s}]+)')
+
+
+def _metadata(raw: str) -> dict[str, str]:
+    return {k: _unquote(v) if v.startswith('"') else v for k, v in _META_RE.findall(raw)}
+
+
+def _literal(raw: str) -> str:
+    """Canonical constant text: whitespace and comments removed, old `f32[2] {..}` prefix
+    dropped: `0.5`, `-inf`, `{8}`, `{{1,2},{3,4}}`."""
+    text = _COMMENT_RE.sub("", raw).strip()
+    m = re.match(r"[a-z][a-z0-9]*\[[^\]]*\](?:\{[^{}\s]*\})?\s+", text)
+    if m is not None:
+        text = text[m.end() :]
+    return re.sub(r"\s+", "", text)
+
+
+def _literal_number(text: str) -> float | None:
+    low = text.lower()
+    if low == "true":
+        return 1.0
+    if low == "false":
+        return 0.0
+    try:
+        return float(low)
+    except ValueError:
+        try:
+            return float.fromhex(low)
+        except ValueError:
+            return None
+
+
+_FLOAT_MAX = {
+    "f16": 65504.0,
+    "bf16": 3.3895313892515355e38,
+    "f32": 3.4028234663852886e38,
+    "f64": 1.7976931348623157e308,
+    "f8e4m3fn": 448.0,
+    "f8e4m3": 240.0,
+    "f8e5m2": 57344.0,
+    "f8e4m3fnuz": 240.0,
+    "f8e5m2fnuz": 57344.0,
+    "f8e4m3b11fnuz": 30.0,
+}
+
+
+def _dtype_range(dtype: str) -> tuple[float, float] | None:
+    """(lowest, highest) finite value of a dtype, when known."""
+    if dtype in _FLOAT_MAX:
+        return -_FLOAT_MAX[dtype], _FLOAT_MAX[dtype]
+    if dtype == "pred":
+        return 0.0, 1.0
+    m = re.fullmatch(r"([su])(\d+)", dtype)
+    if m is not None:
+        bits = int(m.group(2))
+        if m.group(1) == "s":
+            return float(-(2 ** (bits - 1))), float(2 ** (bits - 1) - 1)
+        return 0.0, float(2**bits - 1)
+    return None
+
+
+def _is_identity(node: Node, op: str) -> bool:
+    """Whether `node` is a scalar constant equal to the identity of reducer `op`."""
+    if node.op != "constant" or node.shape != ():
+        return False
+    value = _literal_number(str(node.attrs.get("value", "")))
+    if value is None or math.isnan(value):
+        return False
+    if op == "sum":
+        return value == 0
+    if op == "prod":
+        return value == 1
+    bounds = _dtype_range(node.dtype)
+    if op == "max":
+        return value == -math.inf or (bounds is not None and _close(value, bounds[0]))
+    if op == "min":
+        return value == math.inf or (bounds is not None and _close(value, bounds[1]))
+    return False
+
+
+def _close(a: float, b: float) -> bool:
+    return a == b or (math.isfinite(a) and math.isclose(a, b, rel_tol=1e-6))
+
+
+def _shape_leaves(shape: _Shape) -> list[_Array]:
+    if isinstance(shape, _Array):
+        return [shape]
+    out: list[_Array] = []
+    for s in shape:
+        out.extend(_shape_leaves(s))
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Lowering
+
+_ELEMENTWISE = {
+    "add": "add", "subtract": "sub", "multiply": "mul", "divide": "div", "maximum": "max",
+    "minimum": "min", "power": "pow", "negate": "neg", "exponential": "exp", "log": "log",
+    "tanh": "tanh", "rsqrt": "rsqrt", "sqrt": "sqrt", "abs": "abs", "erf": "erf",
+    "logistic": "logistic", "sign": "sign", "floor": "floor", "ceil": "ceil", "not": "not",
+    "and": "and", "or": "or", "xor": "xor", "remainder": "rem", "cosine": "cos", "sine": "sin",
+    "exponential-minus-one": "exponential_minus_one", "log-plus-one": "log_plus_one",
+    "atan2": "atan2", "select": "select", "clamp": "clamp",
+}  # fmt: skip
+_REDUCERS = {"add": "sum", "multiply": "prod", "maximum": "max", "minimum": "min"}
+_IDENTITY_TARGETS = frozenset(
+    {
+        "Sharding",
+        "SPMDFullToShardShape",
+        "SPMDShardToFullShape",
+        "xla.sdy.FuncResultSharding",
+        "xla.sdy.LocalToGlobalShape",
+    }
+)
+_IDENTITY_OPS = frozenset(
+    {"copy", "opt-barrier", "domain", "all-reduce-done", "all-gather-done",
+     "collective-permute-done", "copy-done", "async-update", "async-done"}
+)  # fmt: skip
+_COLLECTIVES = {
+    "all-reduce": "all_reduce",
+    "all-reduce-start": "all_reduce",
+    "all-gather": "all_gather",
+    "all-gather-start": "all_gather",
+    "reduce-scatter": "reduce_scatter",
+    "all-to-all": "all_to_all",
+    "collective-permute": "collective_permute",
+    "collective-permute-start": "collective_permute",
+}
+_LIBRARY_MARKERS = ("site-packages", "dist-packages", "/jax/", "/jaxlib/", "/torch/", "/torch_xla/")
+_PLAIN_NAME_RE = re.compile(r"[A-Za-z_]\w*")
+_NAME_SUFFIX_RE = re.compile(r"\.\d+$")
+
+# A lowered value: a node id, or a tuple of values for tuple-shaped instructions.
+_Value = Any
+
+
+def _is_library(path: str) -> bool:
+    probe = "/" + path.replace("\\", "/")
+    return any(marker in probe for marker in _LIBRARY_MARKERS)
+
+
+def _value_leaves(value: _Value) -> list[int]:
+    if isinstance(value, int):
+        return [value]
+    out: list[int] = []
+    for v in value:
+        out.extend(_value_leaves(v))
+    return out
+
+
+class _Lowering:
+    """Walks the ENTRY computation and emits IR nodes (ids in creation = topological order)."""
+
+    def __init__(self, module: _Module, text: str, path: str) -> None:
+        self.module = module
+        self.text = text
+        self.path = path
+        self.nodes: list[Node] = []
+        self.comps: dict[str, _Comp] = {}
+        self.entry_params: dict[int, tuple[int, tuple[int, ...]]] = {}  # node -> (index, path)
+        self.input_shardings: dict[int, TileSharding] = {}
+        self.value_shardings: dict[int, TileSharding] = {}  # from xla.sdy.out_shardings
+        self.local_params: dict[tuple[int, tuple[int, ...]], int] = {}
+        self.active: set[str] = set()
+        self.meta_cache: dict[str, tuple[SourceLoc | None, str, dict[str, str]]] = {}
+        self.frame_cache: dict[int, SourceLoc | None] = {}
+        self._read_tables()
+
+    # ---- errors and raw text
+
+    def error(self, message: str, token: Token | None) -> ScalifyError:
+        line = token.line if token is not None and token.line else 0
+        column = token.column if token is not None and token.column else 0
+        return ScalifyError(message, self.path, line, column, line_of(self.text, line))
+
+    def raw(self, value: _Raw) -> str:
+        return str(value) if isinstance(value, str) else self.text[value[0] : value[1]]
+
+    def attr(self, ins: _Instr, key: str) -> str | None:
+        value = ins.attrs.get(key)
+        return None if value is None else self.raw(value)
+
+    # ---- debug-info tables and source locations
+
+    def _read_tables(self) -> None:
+        tables = self.module.tables
+        self.file_names = {k: _unquote(self.raw(v)) for k, v in tables.get("FileNames", [])}
+        self.function_names = {
+            k: _unquote(self.raw(v)) for k, v in tables.get("FunctionNames", [])
+        }
+        self.file_locations: dict[int, dict[str, int]] = {}
+        for k, v in tables.get("FileLocations", []):
+            self.file_locations[k] = {
+                key: int(val) for key, val in re.findall(r"(\w+)=(-?\d+)", self.raw(v))
+            }
+        self.frames: dict[int, tuple[int, int]] = {}
+        for k, v in tables.get("StackFrames", []):
+            fields = {key: int(val) for key, val in re.findall(r"(\w+)=(-?\d+)", self.raw(v))}
+            self.frames[k] = (fields.get("file_location_id", 0), fields.get("parent_frame_id", 0))
+
+    def _frame_loc(self, frame_id: int) -> SourceLoc | None:
+        """The innermost non-library frame of a stack (else the innermost).
+
+        Frames are numbered from 1 as printed. The printed `parent_frame_id` is one more than
+        the parent's frame number, 1 meaning "no parent": in real dumps the outermost frame
+        (`<module>`) prints `parent_frame_id=1`, and e.g. a frame for `x @ w1` inside `mlp`
+        prints `parent_frame_id=2`, whose parent is frame 1 (the `<module>` call site). So the
+        parent is `parent_frame_id - 1`, and 0 ends the chain.
+        """
+        if frame_id in self.frame_cache:
+            return self.frame_cache[frame_id]
+        chain: list[SourceLoc] = []
+        seen: set[int] = set()
+        current = frame_id
+        while current in self.frames and current not in seen:
+            seen.add(current)
+            location_id, parent = self.frames[current]
+            loc = self._location(location_id)
+            if loc is not None:
+                chain.append(loc)
+            current = parent - 1
+        result = next((c for c in chain if not _is_library(c.file)), chain[0] if chain else None)
+        self.frame_cache[frame_id] = result
+        return result
+
+    def _location(self, location_id: int) -> SourceLoc | None:
+        fields = self.file_locations.get(location_id)
+        if fields is None:
+            return None
+        file = self.file_names.get(fields.get("file_name_id", 0), "")
+        function = self.function_names.get(fields.get("function_name_id", 0), "")
+        return SourceLoc(file, fields.get("line", 0), function)
+
+    def meta(self, ins: _Instr) -> tuple[SourceLoc | None, str, dict[str, str]]:
+        """(loc, framework op, metadata fields) of an instruction, cached on the raw text."""
+        value = ins.attrs.get("metadata")
+        if value is None:
+            return None, "", {}
+        raw = self.raw(value)
+        cached = self.meta_cache.get(raw)
+        if cached is not None:
+            return cached
+        fields = _metadata(raw)
+        loc: SourceLoc | None = None
+        frame = fields.get("stack_frame_id")
+        if frame is not None and frame.isdigit():
+            loc = self._frame_loc(int(frame))
+        if loc is None and "source_file" in fields:
+            line = fields.get("source_line", "0")
+            loc = SourceLoc(fields["source_file"], int(line) if line.isdigit() else 0)
+        result = (loc, fields.get("op_name") or fields.get("op_type", ""), fields)
+        self.meta_cache[raw] = result
+        return result
+
+    # ---- module structure
+
+    def index(self) -> _Comp:
+        """Index computations and instructions, check every reference, return the ENTRY."""
+        entry: _Comp | None = None
+        for comp in self.module.comps:
+            if comp.name in self.comps:
+                raise self.error(f"computation '{comp.name}' is defined twice", comp.token)
+            self.comps[comp.name] = comp
+            if comp.entry:
+                if entry is not None:
+                    raise self.error("a second ENTRY computation", comp.token)
+                entry = comp
+            self._index_computation(comp)
+        if entry is None:
+            first = self.module.comps[0].token if self.module.comps else None
+            line = first.line if first is not None else 1
+            raise ScalifyError(
+                "no ENTRY computation in the HLO module", self.path, line, 0,
+                line_of(self.text, line),
+            )  # fmt: skip
+        return entry
+
+    def _index_computation(self, comp: _Comp) -> None:
+        if not comp.instrs:
+            raise self.error(f"computation '{comp.name}' has no instructions", comp.token)
+        by_name = comp.by_name
+        for ins in comp.instrs:
+            if ins.name in by_name:
+                raise self.error(f"instruction '{ins.name}' is defined twice", ins.token)
+            by_name[ins.name] = ins
+            if ins.root:
+                comp.root = ins
+        if comp.root is None:
+            comp.root = comp.instrs[-1]
+        in_order = True
+        seen: set[str] = set()
+        for ins in comp.instrs:
+            for tok in ins.operands:
+                name = _strip_pct(str(tok))
+                if name not in by_name:
+                    raise self.error(f"operand '{name}' names no instruction", tok)
+                if name not in seen:
+                    in_order = False
+            seen.add(ins.name)
+        if not in_order:
+            comp.order = self._topological(comp)
+
+    def _topological(self, comp: _Comp) -> list[_Instr]:
+        """Definition order for a computation written with forward references."""
+        order: list[_Instr] = []
+        state: dict[str, int] = {}  # 1 = on stack, 2 = done
+        for start in comp.instrs:
+            if state.get(start.name):
+                continue
+            stack = [(start, 0)]
+            state[start.name] = 1
+            while stack:
+                ins, i = stack.pop()
+                if i < len(ins.operands):
+                    stack.append((ins, i + 1))
+                    dep = comp.by_name[_strip_pct(str(ins.operands[i]))]
+                    mark = state.get(dep.name)
+                    if mark == 1:
+                        raise self.error(f"instruction '{dep.name}' depends on itself", dep.token)
+                    if not mark:
+                        state[dep.name] = 1
+                        stack.append((dep, 0))
+                else:
+                    state[ins.name] = 2
+                    order.append(ins)
+        return order
+
+    def called(self, ins: _Instr, key: str) -> _Comp:
+        raw = self.attr(ins, key)
+        if raw is None:
+            raise self.error(f"{ins.opcode} '{ins.name}' has no {key}=", ins.token)
+        name = _strip_pct(raw.strip().strip("{}").split(",")[0].strip())
+        comp = self.comps.get(name)
+        if comp is None:
+            raise self.error(f"{key}={raw} names no computation", ins.token)
+        return comp
+
+    # ---- node creation
+
+    def new(
+        self,
+        op: str,
+        operands: tuple[int, ...],
+        arr: _Array,
+        attrs: dict[str, Any],
+        ins: _Instr,
+        loc: SourceLoc | None,
+        fop: str,
+    ) -> int:
+        node_id = len(self.nodes)
+        self.nodes.append(Node(node_id, op, operands, arr.dims, arr.dtype, attrs, loc, ins.name, fop))
+        return node_id
+
+    def opaque(self, ins: _Instr, vals: list[_Value], loc: SourceLoc | None, fop: str,
+               extra: dict[str, Any] | None = None) -> _Value:  # fmt: skip
+        """An instruction Scalify does not interpret: operands kept, one node per result leaf."""
+        operands: list[int] = []
+        for v in vals:
+            operands.extend(_value_leaves(v))
+        attrs: dict[str, Any] = {"hlo_op": ins.opcode}
+        if extra:
+            attrs.update(extra)
+
+        def build(shape: _Shape, path: tuple[int, ...]) -> _Value:
+            if isinstance(shape, _Array):
+                leaf_attrs = dict(attrs, tuple_index=path) if path else dict(attrs)
+                return self.new("opaque", tuple(operands), shape, leaf_attrs, ins, loc, fop)
+            return tuple(build(s, path + (i,)) for i, s in enumerate(shape))
+
+        return build(ins.shape, ())
+
+    # ---- evaluation
+
+    def run(self) -> Graph:
+        entry = self.index()
+        root_value = self.evaluate(entry, None, None)
+        outputs = _value_leaves(root_value)
+        output_shardings = self._output_shardings(entry, root_value, outputs)
+        return self._finish(outputs, output_shardings)
+
+    def evaluate(self, comp: _Comp, args: list[_Value] | None, inherited: SourceLoc | None) -> _Value:
+        """Lower a computation; `args` binds its parameters (None for the ENTRY)."""
+        if comp.name in self.active:
+            raise self.error(f"computation '{comp.name}' calls itself", comp.token)
+        self.active.add(comp.name)
+        env: dict[str, _Value] = {}
+        for ins in comp.order:
+            try:
+                env[ins.name] = self.lower(ins, env, args, inherited)
+            except ScalifyError:
+                raise
+            except (ValueError, IndexError, KeyError, TypeError, ZeroDivisionError) as exc:
+                raise self.error(f"cannot read {ins.opcode} '{ins.name}': {exc}", ins.token) from None
+        self.active.discard(comp.name)
+        assert comp.root is not None
+        return env[comp.root.name]
+
+    def lower(self, ins: _Instr, env: dict[str, _Value], args: list[_Value] | None,
+              inherited: SourceLoc | None) -> _Value:  # fmt: skip
+        opcode = ins.opcode
+        vals = [env[_strip_pct(str(t))] for t in ins.operands]
+        loc, fop, fields = self.meta(ins)
+        if loc is None:
+            loc = inherited
+        shape = ins.shape
+
+        if opcode == "parameter":
+            number = _ints(self.raw_args(ins))[0]
+            if args is None:
+                return self.entry_parameter(ins, number, loc, fop, fields)
+            if number >= len(args):
+                raise self.error(f"parameter({number}) but only {len(args)} operands", ins.token)
+            return args[number]
+        if opcode == "tuple":
+            return tuple(vals)
+        if opcode == "get-tuple-element":
+            index = _ints(self.attr(ins, "index") or "")[0]
+            value = vals[0]
+            if isinstance(value, int):
+                raise self.error("get-tuple-element of a value that is not a tuple", ins.token)
+            return value[index]
+        if opcode in ("call", "fusion", "async-start"):
+            callee = self.called(ins, "to_apply" if opcode == "call" else "calls")
+            return self.evaluate(callee, vals, loc)
+        if opcode in _IDENTITY_OPS or opcode in ("copy-start",):
+            return vals[0] if len(vals) == 1 else tuple(vals)
+        if opcode == "bitcast" and isinstance(shape, _Array) and isinstance(vals[0], int):
+            src = self.nodes[vals[0]]
+            if src.dtype == shape.dtype:
+                if src.shape == shape.dims:
+                    return vals[0]
+                return self.new("reshape", (vals[0],), shape, {}, ins, loc, fop)
+            return self.opaque(ins, vals, loc, fop)
+        if opcode == "custom-call":
+            return self.custom_call(ins, vals, loc, fop)
+        if any(not isinstance(v, int) for v in vals):
+            return self.opaque(ins, vals, loc, fop)
+        if opcode in _COLLECTIVES:
+            return self.collective(ins, vals, loc, fop)
+        if not isinstance(shape, _Array):
+            return self.opaque(ins, vals, loc, fop)
+        operands = tuple(vals)
+
+        canonical = _ELEMENTWISE.get(opcode)
+        if canonical is not None:
+            return self.new(canonical, operands, shape, {}, ins, loc, fop)
+        attrs: dict[str, Any]
+        if opcode == "convert":
+            attrs = {"dtype": shape.dtype}
+        elif opcode == "compare":
+            attrs = {"direction": (self.attr(ins, "direction") or "").strip()}
+        elif opcode == "dot":
+            attrs = {
+                key: _ints(self.attr(ins, f"{key}_dims") or "")
+                for key in ("lhs_contracting", "rhs_contracting", "lhs_batch", "rhs_batch")
+            }
+        elif opcode == "reduce":
+            return self.reduce(ins, vals, loc, fop)
+        elif opcode == "broadcast":
+            attrs = {"dims": _ints(self.attr(ins, "dimensions") or "")}
+        elif opcode == "reshape":
+            attrs = {}
+        elif opcode == "transpose":
+            attrs = {"perm": _ints(self.attr(ins, "dimensions") or "")}
+        elif opcode == "slice":
+            starts, limits, strides = _slice(self.attr(ins, "slice") or "")
+            attrs = {"starts": starts, "limits": limits, "strides": strides}
+        elif opcode == "dynamic-slice":
+            opcode = "dynamic_slice"
+            attrs = {"sizes": _ints(self.attr(ins, "dynamic_slice_sizes") or "")}
+        elif opcode == "concatenate":
+            attrs = {"dim": _ints(self.attr(ins, "dimensions") or "")[0]}
+        elif opcode == "pad":
+            attrs = {"padding": (self.attr(ins, "padding") or "").strip()}
+        elif opcode == "iota":
+            attrs = {"dim": _ints(self.attr(ins, "iota_dimension") or "0")[0]}
+        elif opcode == "constant":
+            attrs = {"value": _literal(self.raw_args(ins))}
+        elif opcode in ("partition-id", "replica-id"):
+            return self.new("rank_index", operands, shape, {"kind": opcode[:-3]}, ins, loc, fop)
+        else:
+            return self.opaque(ins, vals, loc, fop)
+        return self.new(opcode, operands, shape, attrs, ins, loc, fop)
+
+    def raw_args(self, ins: _Instr) -> str:
+        start, end = ins.args_span
+        return self.text[start:end]
+
+    def entry_parameter(self, ins: _Instr, number: int, loc: SourceLoc | None, fop: str,
+                        fields: dict[str, str]) -> _Value:  # fmt: skip
+        op_name = fields.get("op_name", "")
+        if op_name and "op_type" not in fields and _PLAIN_NAME_RE.fullmatch(op_name):
+            name = op_name
+        else:
+            name = _NAME_SUFFIX_RE.sub("", ins.name)
+        sharding_raw = self.attr(ins, "sharding")
+        shardings = _hlo_sharding(sharding_raw, ins.shape) if sharding_raw else []
+        leaf_count = [0]
+
+        def build(shape: _Shape, path: tuple[int, ...]) -> _Value:
+            if isinstance(shape, _Array):
+                leaf = leaf_count[0]
+                leaf_count[0] += 1
+                attrs: dict[str, Any] = {"name": name, "index": number}
+                if path:
+                    attrs["name"] = f"{name}[{','.join(map(str, path))}]"
+                    attrs["tuple_index"] = path
+                node = self.new("parameter", (), shape, attrs, ins, loc, fop)
+                self.entry_params[node] = (number, path)
+                if leaf < len(shardings) and shardings[leaf] is not None:
+                    self.input_shardings[node] = shardings[leaf]
+                return node
+            return tuple(build(s, path + (i,)) for i, s in enumerate(shape))
+
+        return build(ins.shape, ())
+
+    def reducer(self, ins: _Instr) -> str | None:
+        """sum/max/min/prod when `to_apply` is `ROOT = op(param0, param1)`, else None."""
+        comp = self.called(ins, "to_apply")
+        root = comp.root
+        assert root is not None
+        op = _REDUCERS.get(root.opcode)
+        if op is None or len(root.operands) != 2:
+            return None
+        params = {_strip_pct(str(t)) for t in root.operands}
+        if len(params) != 2 or any(comp.by_name[p].opcode != "parameter" for p in params):
+            return None
+        return op
+
+    def reduce(self, ins: _Instr, vals: list[int], loc: SourceLoc | None, fop: str) -> _Value:
+        op = self.reducer(ins)
+        if len(vals) != 2 or op is None or not isinstance(ins.shape, _Array):
+            return self.opaque(ins, vals, loc, fop)
+        x, init = vals
+        operands = (x,) if _is_identity(self.nodes[init], op) else (x, init)
+        attrs = {"dims": _ints(self.attr(ins, "dimensions") or ""), "op": op}
+        return self.new("reduce", operands, ins.shape, attrs, ins, loc, fop)
+
+    def collective(self, ins: _Instr, vals: list[int], loc: SourceLoc | None, fop: str) -> _Value:
+        """One canonical node per operand (tuple forms split), sharing the attributes."""
+        kind = _COLLECTIVES[ins.opcode]
+        shape = ins.shape
+        if ins.opcode in ("all-gather-start", "collective-permute-start") and not isinstance(
+            shape, _Array
+        ):
+            shape = shape[1]  # (operands, results[, contexts])
+        attrs: dict[str, Any] = {}
+        if kind == "collective_permute":
+            attrs["pairs"] = _pairs(self.attr(ins, "source_target_pairs") or "{}")
+        else:
+            attrs["groups"] = _groups(self.attr(ins, "replica_groups") or "{}")
+        if kind in ("all_reduce", "reduce_scatter"):
+            op = self.reducer(ins)
+            if op is None:
+                return self.opaque(ins, vals, loc, fop)
+            attrs["op"] = op
+        if kind in ("all_gather", "reduce_scatter", "all_to_all"):
+            dims = _ints(self.attr(ins, "dimensions") or "")
+            if not dims:
+                return self.opaque(ins, vals, loc, fop)  # e.g. the tuple form of all-to-all
+            attrs["dim"] = dims[0]
+        if kind == "all_to_all":
+            for key, name in (("split_dimension", "split_dim"), ("concat_dimension", "concat_dim")):
+                raw = self.attr(ins, key)
+                if raw is not None:
+                    attrs[name] = _ints(raw)[0]
+        if isinstance(shape, _Array):
+            if len(vals) != 1:
+                return self.opaque(ins, vals, loc, fop)
+            return self.new(kind, (vals[0],), shape, attrs, ins, loc, fop)
+        if len(shape) != len(vals) or not all(isinstance(s, _Array) for s in shape):
+            return self.opaque(ins, vals, loc, fop)
+        return tuple(
+            self.new(kind, (v,), s, dict(attrs), ins, loc, fop)
+            for v, s in zip(vals, shape, strict=True)
+        )
+
+    def custom_call(self, ins: _Instr, vals: list[_Value], loc: SourceLoc | None,
+                    fop: str) -> _Value:  # fmt: skip
+        target = _unquote(self.attr(ins, "custom_call_target") or "")
+        if target in _IDENTITY_TARGETS:
+            if target == "xla.sdy.LocalToGlobalShape":
+                self.record_out_shardings(ins, vals)
+            if len(vals) == 1 and isinstance(ins.shape, _Array):
+                return vals[0]
+            return tuple(vals)
+        if target == "xla.sdy.GlobalToLocalShape":
+            return self.global_to_local(ins, vals, loc, fop)
+        return self.opaque(ins, vals, loc, fop, {"target": target})
+
+    def _sdy_attr(self, ins: _Instr, key: str) -> list[tuple[tuple[str, ...], ...]]:
+        raw = self.attr(ins, "frontend_attributes")
+        value = _frontend_attr(raw, key) if raw else None
+        return _sdy_shardings(value) if value else []
+
+    def global_to_local(self, ins: _Instr, vals: list[_Value], loc: SourceLoc | None,
+                        fop: str) -> _Value:  # fmt: skip
+        """shard_map entry: an entry parameter seen through GlobalToLocalShape becomes a
+        parameter of the local shape, with its tiling and mesh axes recorded."""
+        locals_ = _shape_leaves(ins.shape)
+        axes_per_value = self._sdy_attr(ins, "xla.sdy.in_shardings")
+        if len(locals_) != len(vals):
+            return self.opaque(ins, vals, loc, fop, {"target": "xla.sdy.GlobalToLocalShape"})
+        out: list[int] = []
+        for j, (value, local) in enumerate(zip(vals, locals_, strict=True)):
+            param = self.nodes[value] if isinstance(value, int) else None
+            if param is None or value not in self.entry_params or len(param.shape) != len(
+                local.dims
+            ):
+                # Not an entry parameter: the local slice cannot be named, keep it opaque.
+                attrs = {"hlo_op": ins.opcode, "target": "xla.sdy.GlobalToLocalShape"}
+                operands = tuple(_value_leaves(value))
+                out.append(self.new("opaque", operands, local, attrs, ins, loc, fop))
+                continue
+            key = (value, local.dims)
+            if key in self.local_params:
+                out.append(self.local_params[key])
+                continue
+            node_id = len(self.nodes)
+            self.nodes.append(
+                Node(node_id, "parameter", (), local.dims, local.dtype, dict(param.attrs),
+                     param.loc, param.name, param.framework_op)
+            )  # fmt: skip
+            self.entry_params[node_id] = self.entry_params[value]
+            self.local_params[key] = node_id
+            tiles = tuple(
+                g // l if l > 0 else 1 for g, l in zip(param.shape, local.dims, strict=True)
+            )
+            axes = axes_per_value[j] if j < len(axes_per_value) else None
+            if axes is not None and len(axes) != len(tiles):
+                axes = None
+            self.input_shardings[node_id] = TileSharding(
+                tiles=tiles, axes=axes, replicated=all(t == 1 for t in tiles)
+            )
+            out.append(node_id)
+        return out[0] if isinstance(ins.shape, _Array) else tuple(out)
+
+    def record_out_shardings(self, ins: _Instr, vals: list[_Value]) -> None:
+        axes_per_value = self._sdy_attr(ins, "xla.sdy.out_shardings")
+        globals_ = _shape_leaves(ins.shape)
+        if len(globals_) != len(vals):
+            return
+        for j, (value, glob) in enumerate(zip(vals, globals_, strict=True)):
+            if not isinstance(value, int):
+                continue
+            local = self.nodes[value].shape
+            if len(local) != len(glob.dims):
+                continue
+            tiles = tuple(g // l if l > 0 else 1 for g, l in zip(glob.dims, local, strict=True))
+            axes = axes_per_value[j] if j < len(axes_per_value) else None
+            if axes is not None and len(axes) != len(tiles):
+                axes = None
+            self.value_shardings[value] = TileSharding(
+                tiles=tiles, axes=axes, replicated=all(t == 1 for t in tiles)
+            )
+
+    def _output_shardings(self, entry: _Comp, root_value: _Value,
+                          outputs: list[int]) -> dict[int, TileSharding]:  # fmt: skip
+        result: dict[int, TileSharding] = {}
+        root = entry.root
+        assert root is not None
+        raw = self.attr(root, "sharding")
+        from_root = _hlo_sharding(raw, root.shape) if raw else []
+        for k, node in enumerate(outputs):
+            if node in self.value_shardings:
+                result[node] = self.value_shardings[node]
+            elif k < len(from_root) and from_root[k] is not None and len(from_root) == len(outputs):
+                result[node] = from_root[k]  # type: ignore[assignment]
+        return result
+
+    def _finish(self, outputs: list[int], output_shardings: dict[int, TileSharding]) -> Graph:
+        """Prune what the outputs do not reach and renumber ids densely, keeping order."""
+        live = bytearray(len(self.nodes))
+        stack = list(outputs)
+        while stack:
+            n = stack.pop()
+            if live[n]:
+                continue
+            live[n] = 1
+            stack.extend(self.nodes[n].operands)
+        remap: dict[int, int] = {}
+        nodes: dict[int, Node] = {}
+        for node in self.nodes:
+            if not live[node.id]:
+                continue
+            new_id = len(remap)
+            remap[node.id] = new_id
+            node.id = new_id
+            node.operands = tuple(remap[o] for o in node.operands)
+            nodes[new_id] = node
+        params = sorted(
+            (self.entry_params[old], remap[old]) for old in self.entry_params if live[old]
+        )
+        graph = Graph(
+            path=self.path,
+            nodes=nodes,
+            inputs=[new for _, new in params],
+            outputs=[remap[o] for o in outputs],
+            input_shardings={
+                remap[k]: v for k, v in self.input_shardings.items() if live[k]
+            },
+            output_shardings={remap[k]: v for k, v in output_shardings.items()},
+            mesh_hint=self._mesh(),
+            num_partitions=self._num_partitions(),
+        )
+        return graph
+
+    def _mesh(self) -> dict[str, int]:
+        raw = self.module.attrs.get("frontend_attributes")
+        if raw is None:
+            return {}
+        value = _frontend_attr(self.raw(raw), "xla.sdy.meshes")
+        return _mesh_hint(value) if value else {}
+
+    def _num_partitions(self) -> int | None:
+        raw = self.module.attrs.get("num_partitions")
+        if raw is None:
+            return None
+        digits = self.raw(raw).strip()
+        return int(digits) if digits.isdigit() else None
+
+
+# --------------------------------------------------------------------------------------------
+# Public API
+
+
+def parse_hlo(text: str, path: str) -> Graph:
+    """Parse HLO module text into a Graph of its ENTRY computation; `path` labels errors."""
+    parser = _parser()
+    try:
+        if not text.strip():
+            raise ScalifyError(
+                "expected one of 'HloModule', 'ENTRY', found end of input", path, 1, 1, ""
+            )
+        try:
+            module = parser.parse(text)
+        except UnexpectedInput as err:
+            raise _syntax_error(parser, err, text, path) from None
+        except _BadToken as err:
+            tok = err.token
+            raise ScalifyError(err.message, path, tok.line, tok.column, line_of(text, tok.line))
+        return _Lowering(module, text, path).run()
+    except ScalifyError:
+        raise
+    except RecursionError:
+        raise ScalifyError("HLO module nests calls too deeply", path) from None
+    except Exception as exc:  # noqa: BLE001 - the contract: users only ever see ScalifyError
+        raise ScalifyError(f"cannot read HLO module ({type(exc).__name__}: {exc})", path) from exc
+
+
+def load_hlo(path: str | Path) -> Graph:
+    """Read an HLO text file (e.g. `jax.jit(f).lower(...).as_text(dialect="hlo")`)."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise ScalifyError(f"cannot read HLO file: {exc.strerror or exc}", str(p)) from None
+    return parse_hlo(text, str(p))

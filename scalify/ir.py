@@ -1,0 +1,108 @@
+"""The graph IR every frontend produces and the engine consumes.
+
+One small SSA form for both graphs: a node has a canonical op (the vocabulary of `.srl`
+patterns), operand node ids, a static shape, a dtype, canonical attributes and the source
+location it came from. Frontends own the mapping from framework ops; nothing downstream
+looks at framework syntax.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+ELEMENTWISE_UNARY = frozenset(
+    {"neg", "exp", "log", "tanh", "rsqrt", "sqrt", "abs", "erf", "logistic", "sign", "floor",
+     "ceil", "not", "convert", "exponential_minus_one", "log_plus_one", "cos", "sin"}
+)
+ELEMENTWISE_BINARY = frozenset(
+    {"add", "sub", "mul", "div", "max", "min", "pow", "compare", "and", "or", "xor", "rem",
+     "atan2"}
+)
+COLLECTIVES = frozenset(
+    {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute"}
+)
+CANONICAL_OPS = (
+    ELEMENTWISE_UNARY
+    | ELEMENTWISE_BINARY
+    | COLLECTIVES
+    | {
+        "parameter", "constant", "select", "clamp", "dot", "reduce", "broadcast", "reshape",
+        "transpose", "slice", "dynamic_slice", "concatenate", "pad", "iota", "rank_index",
+        "opaque",
+    }
+)
+
+
+@dataclass(frozen=True)
+class SourceLoc:
+    """Where a node came from in the user's code."""
+
+    file: str
+    line: int
+    function: str = ""
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line}"
+        return f"{where} ({self.function})" if self.function else where
+
+
+@dataclass
+class Node:
+    """One SSA value.
+
+    `attrs` holds canonical attributes only, e.g. for `dot`: lhs_contracting, rhs_contracting,
+    lhs_batch, rhs_batch (tuples of ints); for collectives: `groups` (tuple of tuples of device
+    ids; an empty tuple means all devices), `op` (sum, max, min, prod), `dim`.
+    """
+
+    id: int
+    op: str
+    operands: tuple[int, ...]
+    shape: tuple[int, ...]
+    dtype: str
+    attrs: dict[str, Any] = field(default_factory=dict)
+    loc: SourceLoc | None = None
+    name: str = ""
+    framework_op: str = ""
+
+
+@dataclass(frozen=True)
+class TileSharding:
+    """A sharding annotation read from the input: how many blocks each dim is cut into, and
+    (when the input names them) which mesh axes cut it."""
+
+    tiles: tuple[int, ...]
+    axes: tuple[tuple[str, ...], ...] | None = None
+    replicated: bool = False
+
+
+@dataclass
+class Graph:
+    """A whole program: nodes in topological order, inputs and outputs by node id."""
+
+    path: str
+    nodes: dict[int, Node]
+    inputs: list[int]
+    outputs: list[int]
+    input_shardings: dict[int, TileSharding] = field(default_factory=dict)
+    output_shardings: dict[int, TileSharding] = field(default_factory=dict)
+    mesh_hint: dict[str, int] = field(default_factory=dict)
+    num_partitions: int | None = None
+
+    def node(self, node_id: int) -> Node:
+        return self.nodes[node_id]
+
+    def input_name(self, node_id: int) -> str:
+        node = self.nodes[node_id]
+        return str(node.attrs.get("name") or node.name)
+
+    def users(self) -> dict[int, list[int]]:
+        result: dict[int, list[int]] = {i: [] for i in self.nodes}
+        for node in self.nodes.values():
+            for operand in node.operands:
+                result[operand].append(node.id)
+        return result
+
+    def opaque_nodes(self) -> list[Node]:
+        return [n for n in self.nodes.values() if n.op == "opaque"]

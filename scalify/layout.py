@@ -1,0 +1,79 @@
+"""Layout relations between a distributed tensor and its baseline counterpart (design §3).
+
+A layout is a sequence of placements, one per mesh axis that cuts or splits the tensor:
+`shard(dim, axis)` (the device keeps block r of the dim) or `partial(op, axis)` (reducing over
+the axis gives the baseline). No placement for an axis means the tensor is the same on every
+device of it; the empty layout is `replicate`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from .errors import ScalifyError
+from .mesh import Mesh
+
+
+@dataclass(frozen=True, order=True)
+class Placement:
+    kind: str  # "shard" | "partial"
+    axis: str
+    dim: int = -1
+    op: str = "sum"
+
+    def __str__(self) -> str:
+        if self.kind == "shard":
+            return f"shard({self.dim}, {self.axis})"
+        return f"partial({self.op}, {self.axis})"
+
+
+Layout = tuple[Placement, ...]
+REPLICATE: Layout = ()
+
+_PLACEMENT = re.compile(r"\s*(shard|partial)\s*\(\s*([A-Za-z0-9_-]+)\s*,\s*([A-Za-z_]\w*)\s*\)")
+
+
+def layout_str(layout: Layout) -> str:
+    return " ".join(str(p) for p in layout) if layout else "replicate"
+
+
+def canonical(layout: Layout) -> Layout:
+    """Placements on different dims commute; keep a stable order for comparison."""
+    return tuple(sorted(layout))
+
+
+def parse_layout(text: str, mesh: Mesh, where: str = "") -> Layout:
+    """`replicate`, `shard(1, tp)`, `partial(sum, tp)` or several separated by spaces."""
+    if text.strip() == "replicate":
+        return REPLICATE
+    placements = []
+    pos = 0
+    while pos < len(text.rstrip()):
+        match = _PLACEMENT.match(text, pos)
+        if not match:
+            raise ScalifyError(
+                f"bad layout {text!r}: expected replicate, shard(DIM, AXIS) or "
+                "partial(sum|max, AXIS)", where)
+        kind, arg, axis = match.groups()
+        if axis not in mesh.names:
+            raise ScalifyError(f"layout {text!r} names axis {axis!r}, not in mesh {mesh}", where)
+        if kind == "shard":
+            if not arg.lstrip("-").isdigit():
+                raise ScalifyError(f"bad layout {text!r}: shard dim must be an integer", where)
+            placements.append(Placement("shard", axis, dim=int(arg)))
+        else:
+            if arg not in ("sum", "max", "min"):
+                raise ScalifyError(f"bad layout {text!r}: partial op is sum, max or min", where)
+            placements.append(Placement("partial", axis, op=arg))
+        pos = match.end()
+    return tuple(placements)
+
+
+def local_shape(shape: tuple[int, ...], layout: Layout, mesh: Mesh) -> tuple[int, ...]:
+    """The per-device shape of a tensor of global `shape` under `layout`."""
+    local = list(shape)
+    for p in layout:
+        if p.kind == "shard":
+            local[p.dim] //= mesh.axis_size(p.axis)
+    return tuple(local)

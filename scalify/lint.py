@@ -1,0 +1,86 @@
+"""`scalify rules lint`: compile every rule file, compare golden egglog text, run the cases."""
+
+from __future__ import annotations
+
+import difflib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .cases import case_files, read_case, run_case
+from .compiler.compile import compile_rule_dir, rule_files_in
+from .errors import ScalifyError
+
+
+@dataclass
+class LintResult:
+    messages: list[str] = field(default_factory=list)
+    failures: int = 0
+    cases: int = 0
+
+    def fail(self, message: str) -> None:
+        self.failures += 1
+        self.messages.append(message)
+
+
+def golden_path(rules_dir: Path, rule_file: Path) -> Path:
+    return rules_dir / "tests" / f"{rule_file.stem}.golden.egg"
+
+
+def lint_rules(rules_dir: str | Path, bless: bool | None = None) -> LintResult:
+    """Everything a rule author must keep green. `bless` (or SCALIFY_BLESS=1) rewrites the
+    golden files instead of comparing them."""
+    folder = Path(rules_dir)
+    bless = os.environ.get("SCALIFY_BLESS") == "1" if bless is None else bless
+    result = LintResult()
+    try:
+        rules = compile_rule_dir(folder)
+    except ScalifyError as err:
+        result.fail(err.render())
+        return result
+    for rule_file in rule_files_in(folder):
+        compiled = next(f for f in rules.files if Path(f.path).name == rule_file.name)
+        undocumented = [r.name for r in compiled.rules if not r.doc]
+        for name in undocumented:
+            result.fail(f"{rule_file}: error: rule `{name}` has no `#` line stating its identity")
+        _check_golden(result, golden_path(folder, rule_file), compiled.egglog, bless)
+        _check_cases(result, folder, rule_file, compiled, rules)
+    return result
+
+
+def _check_golden(result: LintResult, golden: Path, text: str, bless: bool) -> None:
+    normalized = text.replace(str(golden.parent.parent) + os.sep, "")
+    if bless:
+        golden.parent.mkdir(parents=True, exist_ok=True)
+        golden.write_text(normalized)
+        result.messages.append(f"blessed {golden}")
+        return
+    if not golden.exists():
+        result.fail(f"{golden}: error: no golden file; run with SCALIFY_BLESS=1 to create it")
+        return
+    expected = golden.read_text()
+    if expected != normalized:
+        diff = "".join(difflib.unified_diff(expected.splitlines(True), normalized.splitlines(True),
+                                            str(golden), "compiled"))
+        result.fail(f"{golden}: error: compiled egglog differs from the golden file "
+                    f"(SCALIFY_BLESS=1 to accept)\n{diff}")
+
+
+def _check_cases(result: LintResult, folder: Path, rule_file: Path, compiled, rules) -> None:
+    paths = case_files(folder, rule_file)
+    covered: set[str] = set()
+    for path in paths:
+        result.cases += 1
+        try:
+            case = read_case(path)
+            _, problems = run_case(case, rules)
+        except ScalifyError as err:
+            result.fail(err.render())
+            continue
+        covered |= set(case.fires)
+        for problem in problems:
+            result.fail(f"{path}: error: {problem}")
+    for rule in compiled.rules:
+        if rule.name not in covered:
+            result.fail(f"{rule.source}: error: rule `{rule.name}` has no case that must fire "
+                        f"(add one under {folder / 'tests' / rule_file.stem})")

@@ -1,0 +1,101 @@
+"""The device mesh: named axes over row-major device ids, and which axes a collective's
+replica groups stand for.
+
+Groups are matched once per distinct group list; what reaches the e-graph is only the axis
+name, so reasoning never expands per rank.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from functools import cached_property
+
+from .errors import ScalifyError
+
+
+@dataclass(frozen=True)
+class Mesh:
+    """Axes in order; device id = row-major index over the axis coordinates."""
+
+    axes: tuple[tuple[str, int], ...]
+
+    @property
+    def size(self) -> int:
+        total = 1
+        for _, n in self.axes:
+            total *= n
+        return total
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.axes)
+
+    def axis_size(self, name: str) -> int:
+        return dict(self.axes)[name]
+
+    def __str__(self) -> str:
+        return ",".join(f"{name}={n}" for name, n in self.axes)
+
+    def groups(self, axes: tuple[str, ...]) -> tuple[tuple[int, ...], ...]:
+        """The replica groups of a set of axes: devices that differ only in those axes, each
+        group ordered by its coordinates along them (first axis slowest)."""
+        sizes = [n for _, n in self.axes]
+        chosen = [i for i, (name, _) in enumerate(self.axes) if name in axes]
+        others = [i for i in range(len(sizes)) if i not in chosen]
+        strides = [1] * len(sizes)
+        for i in range(len(sizes) - 2, -1, -1):
+            strides[i] = strides[i + 1] * sizes[i + 1]
+        result = []
+        for outer in itertools.product(*(range(sizes[i]) for i in others)):
+            base = sum(c * strides[i] for c, i in zip(outer, others, strict=True))
+            group = tuple(
+                base + sum(c * strides[i] for c, i in zip(inner, chosen, strict=True))
+                for inner in itertools.product(*(range(sizes[i]) for i in chosen))
+            )
+            result.append(group)
+        return tuple(result)
+
+    @cached_property
+    def _axis_sets(self) -> list[tuple[str, ...]]:
+        names = self.names
+        return [
+            combo for r in range(1, len(names) + 1) for combo in itertools.combinations(names, r)
+        ]
+
+    def axes_of_groups(self, groups: tuple[tuple[int, ...], ...], ordered: bool) -> str | None:
+        """The mesh axes whose groups are exactly `groups` (as a comma-joined name), or None.
+
+        `ordered`: the order inside a group matters (all_gather, reduce_scatter, all_to_all
+        concatenate in group order); for all_reduce only membership matters.
+        """
+        if not groups:
+            return ",".join(self.names)
+        return _resolve(self, groups, ordered)
+
+
+def _canonical(groups, ordered: bool) -> frozenset:
+    return frozenset(tuple(g) if ordered else frozenset(g) for g in groups)
+
+
+def _resolve(mesh: Mesh, groups, ordered: bool) -> str | None:
+    wanted = _canonical(groups, ordered)
+    for combo in mesh._axis_sets:
+        if _canonical(mesh.groups(combo), ordered) == wanted:
+            return ",".join(combo)
+    return None
+
+
+def parse_mesh(text: str) -> Mesh:
+    """`tp=8` or `dp=2,tp=4` (first axis slowest). Raises ScalifyError on bad syntax."""
+    axes = []
+    for part in text.split(","):
+        name, sep, size = part.strip().partition("=")
+        if not sep or not name.isidentifier() or not size.isdigit() or int(size) < 1:
+            raise ScalifyError(
+                f"bad mesh {text!r}: expected NAME=SIZE[,NAME=SIZE...], e.g. tp=8 or dp=2,tp=4"
+            )
+        axes.append((name, int(size)))
+    if len({name for name, _ in axes}) != len(axes):
+        raise ScalifyError(f"bad mesh {text!r}: an axis is named twice")
+    return Mesh(tuple((name, n) for name, n in axes if n > 1))

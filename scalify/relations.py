@@ -1,0 +1,191 @@
+"""Input and output relations: which baseline tensor each distributed input is, and how.
+
+Sources, in order: a relations file (`--relations`), sharding annotations in the distributed
+graph (GSPMD `sharding=`, Shardy in/out shardings), and inference from shape ratios against
+the mesh. Every relation records where it came from, and the report prints them all.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import ScalifyError
+from .ir import Graph, TileSharding
+from .layout import REPLICATE, Layout, Placement, layout_str, local_shape, parse_layout
+from .mesh import Mesh
+
+
+@dataclass(frozen=True)
+class Relation:
+    dist_id: int
+    base_id: int
+    name: str
+    layout: Layout
+    source: str  # "relations file" | "annotation" | "inferred from shapes"
+
+    def describe(self) -> str:
+        return f"{self.name}: {layout_str(self.layout)} ({self.source})"
+
+
+@dataclass(frozen=True)
+class RelationsFile:
+    path: str
+    mesh: str | None
+    inputs: dict[str, str]
+    outputs: list[str] | None
+
+
+def read_relations_file(path: str) -> RelationsFile:
+    """Read the JSON relations file; see docs/reference/relations.md for its fields."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise ScalifyError(f"relations file not found: {path}", path) from None
+    except json.JSONDecodeError as err:
+        raise ScalifyError(f"not valid JSON: {err.msg}", path, err.lineno, err.colno) from None
+    if not isinstance(data, dict) or not isinstance(data.get("inputs", {}), dict):
+        raise ScalifyError('expected an object {"mesh": ..., "inputs": {NAME: LAYOUT}, '
+                           '"outputs": [LAYOUT, ...]}', path)
+    outputs = data.get("outputs")
+    if outputs is not None and not isinstance(outputs, list):
+        raise ScalifyError('"outputs" must be a list of layouts, one per output', path)
+    return RelationsFile(path, data.get("mesh"), dict(data.get("inputs", {})), outputs)
+
+
+def pair_inputs(base: Graph, dist: Graph) -> list[tuple[int, int]]:
+    """(base id, dist id) pairs: by name when every name matches, else by position."""
+    base_names = {base.input_name(i): i for i in base.inputs}
+    dist_names = [dist.input_name(i) for i in dist.inputs]
+    if set(dist_names) == set(base_names) and len(dist_names) == len(base_names):
+        return [(base_names[n], d) for n, d in zip(dist_names, dist.inputs, strict=True)]
+    if len(base.inputs) != len(dist.inputs):
+        raise ScalifyError(
+            f"the baseline has {len(base.inputs)} inputs and the distributed graph has "
+            f"{len(dist.inputs)}; they cannot be paired",
+            dist.path,
+            notes=[f"baseline inputs: {', '.join(base_names)}",
+                   f"distributed inputs: {', '.join(dist_names)}"],
+        )
+    return list(zip(base.inputs, dist.inputs, strict=True))
+
+
+def _from_tiles(tiles: TileSharding, mesh: Mesh, where: str) -> Layout:
+    placements = []
+    used: set[str] = set()
+    for dim, count in enumerate(tiles.tiles):
+        if count == 1:
+            continue
+        names = tiles.axes[dim] if tiles.axes and dim < len(tiles.axes) else ()
+        names = tuple(n for n in names if n in mesh.names)
+        if not names:
+            names = _axes_for_ratio(count, mesh, used, where, dim)
+        for name in names:
+            used.add(name)
+            placements.append(Placement("shard", name, dim=dim))
+    return tuple(placements)
+
+
+def _axes_for_ratio(ratio: int, mesh: Mesh, used: set[str], where: str, dim: int):
+    candidates = [n for n, size in mesh.axes if size == ratio and n not in used]
+    if len(candidates) == 1:
+        return (candidates[0],)
+    if not candidates:
+        raise ScalifyError(
+            f"dim {dim} is split {ratio} ways, which matches no axis of mesh {mesh}",
+            where,
+            notes=["pass --mesh NAME=SIZE,... or give the layout in --relations"],
+        )
+    raise ScalifyError(
+        f"dim {dim} is split {ratio} ways, which matches axes {', '.join(candidates)} of mesh "
+        f"{mesh}; say which in a --relations file", where)
+
+
+def _from_shapes(base_shape, dist_shape, mesh: Mesh, where: str) -> Layout:
+    if len(base_shape) != len(dist_shape):
+        raise ScalifyError(
+            f"rank differs: baseline {list(base_shape)} vs distributed {list(dist_shape)}",
+            where, notes=["give its layout in a --relations file"])
+    placements = []
+    used: set[str] = set()
+    for dim, (b, d) in enumerate(zip(base_shape, dist_shape, strict=True)):
+        if b == d:
+            continue
+        if d == 0 or b % d:
+            raise ScalifyError(
+                f"dim {dim}: baseline size {b} is not a multiple of distributed size {d}", where)
+        (axis,) = _axes_for_ratio(b // d, mesh, used, where, dim)
+        used.add(axis)
+        placements.append(Placement("shard", axis, dim=dim))
+    return tuple(placements)
+
+
+def _check_shape(layout: Layout, base_shape, dist_shape, mesh: Mesh, where: str) -> None:
+    for p in layout:
+        if p.kind == "shard" and not 0 <= p.dim < len(base_shape):
+            raise ScalifyError(f"{layout_str(layout)}: dim {p.dim} out of range for shape "
+                               f"{list(base_shape)}", where)
+        if p.kind == "shard" and base_shape[p.dim] % mesh.axis_size(p.axis):
+            raise ScalifyError(
+                f"mesh axis {p.axis}={mesh.axis_size(p.axis)} does not divide dim {p.dim} "
+                f"(size {base_shape[p.dim]}) of shape {list(base_shape)}", where)
+    expected = local_shape(tuple(base_shape), layout, mesh)
+    if expected != tuple(dist_shape):
+        raise ScalifyError(
+            f"layout {layout_str(layout)} gives local shape {list(expected)} but the "
+            f"distributed graph has {list(dist_shape)}", where)
+
+
+def input_relations(base: Graph, dist: Graph, mesh: Mesh,
+                    given: RelationsFile | None) -> list[Relation]:
+    relations = []
+    given_inputs = dict(given.inputs) if given else {}
+    for base_id, dist_id in pair_inputs(base, dist):
+        name = dist.input_name(dist_id)
+        where = f"{dist.path}: input {name}"
+        b_shape, d_shape = base.node(base_id).shape, dist.node(dist_id).shape
+        if name in given_inputs:
+            layout = parse_layout(given_inputs.pop(name), mesh, given.path)
+            source = "relations file"
+        elif dist_id in dist.input_shardings:
+            layout = _from_tiles(dist.input_shardings[dist_id], mesh, where)
+            source = "annotation"
+        else:
+            layout = _from_shapes(b_shape, d_shape, mesh, where)
+            source = "inferred from shapes"
+        _check_shape(layout, b_shape, d_shape, mesh, where)
+        relations.append(Relation(dist_id, base_id, name, layout, source))
+    if given_inputs:
+        raise ScalifyError(f"relations file names inputs that the distributed graph does not "
+                           f"have: {', '.join(sorted(given_inputs))}", given.path)
+    return relations
+
+
+def output_relations(base: Graph, dist: Graph, mesh: Mesh,
+                     given: RelationsFile | None) -> list[Relation]:
+    """The layout each distributed output must have; replicate unless stated otherwise."""
+    if len(base.outputs) != len(dist.outputs):
+        raise ScalifyError(f"the baseline has {len(base.outputs)} outputs and the distributed "
+                           f"graph has {len(dist.outputs)}", dist.path)
+    relations = []
+    for index, (base_id, dist_id) in enumerate(zip(base.outputs, dist.outputs, strict=True)):
+        where = f"{dist.path}: output {index}"
+        b_shape, d_shape = base.node(base_id).shape, dist.node(dist_id).shape
+        if given and given.outputs is not None:
+            if index >= len(given.outputs):
+                raise ScalifyError(f"relations file gives {len(given.outputs)} output layouts "
+                                   f"but there are {len(dist.outputs)} outputs", given.path)
+            layout, source = parse_layout(given.outputs[index], mesh, given.path), \
+                "relations file"
+        elif dist_id in dist.output_shardings:
+            layout, source = _from_tiles(dist.output_shardings[dist_id], mesh, where), \
+                "annotation"
+        else:
+            layout, source = _from_shapes(b_shape, d_shape, mesh, where), "inferred from shapes"
+        relations.append(Relation(dist_id, base_id, f"output {index}", layout, source))
+    return relations
+
+
+__all__ = ["REPLICATE", "Relation", "input_relations", "output_relations", "pair_inputs",
+           "read_relations_file"]

@@ -1,0 +1,14 @@
+"""Report rendering: one model, several formats."""
+
+from .json_report import render_json
+from .model import Report
+from .text import render_text
+
+FORMATS = {"text": render_text, "json": render_json}
+
+
+def render(report: Report, fmt: str) -> str:
+    return FORMATS[fmt](report)
+
+
+__all__ = ["FORMATS", "Report", "render"]

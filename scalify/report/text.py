@@ -1,0 +1,33 @@
+"""The report as a person reads it in a terminal."""
+
+from __future__ import annotations
+
+from .model import EQUIVALENT, Report
+
+
+def render_text(report: Report) -> str:
+    lines = [f"verdict: {report.verdict}", f"mesh: {report.mesh}"]
+    lines.append("outputs:")
+    for out in report.outputs:
+        mark = "ok" if out.ok else "NOT PROVED"
+        lines.append(f"  [{mark}] output {out.index} ({out.node}): proven {out.proven}; "
+                     f"required {out.expected}")
+    lines.append("input relations used:")
+    lines += [f"  {r}" for r in report.relations["inputs"]]
+    lines.append("output relations required:")
+    lines += [f"  {r}" for r in report.relations["outputs"]]
+    if report.verdict != EQUIVALENT:
+        lines.append(f"suspects ({len(report.suspects)}):")
+        for i, s in enumerate(report.suspects, 1):
+            where = f"{s.file}:{s.line}" if s.file else "(no source location)"
+            func = f" in {s.function}" if s.function else ""
+            lines.append(f"  {i}. {where}{func}: {s.op} `{s.node}`")
+            lines.append(f"     {s.reason}")
+            for operand in s.operands:
+                lines.append(f"     operand {operand}")
+    lines += [f"note: {n}" for n in report.notes]
+    st = report.stats
+    secs = ", ".join(f"{k} {v:.3f}s" for k, v in st["seconds"].items())
+    lines.append(f"stats: {st['baseline_nodes']} baseline + {st['distributed_nodes']} distributed "
+                 f"nodes, e-graph {st['egraph_nodes']} nodes, {st['rounds']} rounds; {secs}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,177 @@
+"""Verification end to end: load, relate inputs, saturate, decide outputs, localise."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .compiler.compile import CompiledRuleSet, compile_rule_dir
+from .engine.decode import proven_relations
+from .engine.egraph import EGraphSession
+from .engine.encode import (
+    GraphEncoder,
+    layout_term,
+    signature_facts,
+    vocabulary_facts,
+)
+from .engine.frontier import frontier, output_mismatch
+from .errors import ScalifyError
+from .frontends import load_graph
+from .ir import Graph
+from .layout import canonical, layout_str, local_shape
+from .mesh import Mesh, parse_mesh
+from .relations import (
+    Relation,
+    RelationsFile,
+    input_relations,
+    output_relations,
+    read_relations_file,
+)
+from .report.model import EQUIVALENT, NOT_EQUIVALENT, UNKNOWN, OutputResult, Report, Suspect
+
+
+@dataclass
+class Limits:
+    max_rounds: int = 200
+    node_limit: int = 2_000_000
+
+
+def choose_mesh(text: str | None, dist: Graph, given: RelationsFile | None) -> Mesh:
+    """--mesh, else the relations file, else the graph's own mesh, else its partition count."""
+    if text:
+        return parse_mesh(text)
+    if given and given.mesh:
+        return parse_mesh(given.mesh)
+    if dist.mesh_hint:
+        return parse_mesh(",".join(f"{k}={v}" for k, v in dist.mesh_hint.items()))
+    if dist.num_partitions and dist.num_partitions > 1:
+        return parse_mesh(f"tp={dist.num_partitions}")
+    raise ScalifyError("the distributed graph does not say its mesh; pass --mesh, e.g. "
+                       "--mesh tp=8 or --mesh dp=2,tp=4", dist.path)
+
+
+def verify_graphs(base: Graph, dist: Graph, rules: CompiledRuleSet, mesh: Mesh,
+                  given: RelationsFile | None = None, limits: Limits | None = None,
+                  timings: dict[str, float] | None = None) -> Report:
+    limits = limits or Limits()
+    timings = dict(timings or {})
+    inputs = input_relations(base, dist, mesh, given)
+    outputs = output_relations(base, dist, mesh, given)
+
+    start = time.perf_counter()
+    session = EGraphSession()
+    signatures: dict = {}
+    commands = vocabulary_facts(mesh, [base, dist])
+    commands.append(rules.program())
+    commands += GraphEncoder(base, "b", mesh, signatures).commands()
+    commands += GraphEncoder(dist, "d", mesh, signatures).commands()
+    commands += signature_facts(signatures)
+    commands += [f"(union $d{r.dist_id} {layout_term(f'$b{r.base_id}', r.layout)})"
+                 for r in inputs]
+    session.feed(commands)
+    timings["build"] = time.perf_counter() - start
+
+    start = time.perf_counter()
+    stats = session.saturate(limits.max_rounds, limits.node_limit)
+    proven = proven_relations(session)
+    timings["saturate"] = time.perf_counter() - start
+
+    start = time.perf_counter()
+    results, suspects, definite = _decide(base, dist, mesh, outputs, proven)
+    timings["localise"] = time.perf_counter() - start
+
+    if all(r.ok for r in results):
+        verdict = EQUIVALENT
+    elif definite and not stats.limit:
+        verdict = NOT_EQUIVALENT
+    else:
+        verdict = UNKNOWN
+    notes = []
+    if stats.limit:
+        notes.append(f"saturation stopped early: {stats.limit}; the verdict may be incomplete")
+    opaque = sorted({n.attrs.get("hlo_op", "?") for g in (base, dist) for n in g.opaque_nodes()})
+    if opaque:
+        notes.append(f"opaque ops (no semantics, matched only to themselves): {', '.join(opaque)}")
+    if verdict == UNKNOWN and not stats.limit:
+        notes.append("no known bug pattern explains the mismatch: a rule may be missing "
+                     "(see docs/how-to/write-a-rule.md)")
+    fired = {name: n for name, n in stats.rule_matches.items() if n}
+    return Report(
+        verdict=verdict,
+        baseline=base.path,
+        distributed=dist.path,
+        mesh=str(mesh),
+        outputs=results,
+        suspects=suspects,
+        relations={"inputs": [r.describe() for r in inputs],
+                   "outputs": [r.describe() for r in outputs]},
+        stats={
+            "seconds": {k: round(v, 4) for k, v in timings.items()},
+            "baseline_nodes": len(base.nodes),
+            "distributed_nodes": len(dist.nodes),
+            "egraph_nodes": stats.nodes,
+            "rounds": stats.rounds,
+            "saturated": stats.saturated,
+            "rules_fired": fired,
+            "partitions": 1,
+            "memo_hits": 0,
+        },
+        notes=notes,
+    )
+
+
+def _decide(base: Graph, dist: Graph, mesh: Mesh, outputs: list[Relation], proven):
+    results = []
+    failing = []
+    for index, rel in enumerate(outputs):
+        layouts = [lay for lay, b in proven.get(rel.dist_id, ()) if b == rel.base_id]
+        want = canonical(rel.layout)
+        ok = any(canonical(lay) == want for lay in layouts)
+        shape_ok = local_shape(base.node(rel.base_id).shape, rel.layout, mesh) == \
+            dist.node(rel.dist_id).shape
+        proven_text = " | ".join(sorted({layout_str(lay) for lay in layouts})) or "unrelated"
+        results.append(OutputResult(index, dist.node(rel.dist_id).name,
+                                    layout_str(rel.layout), proven_text, ok and shape_ok))
+        if not (ok and shape_ok):
+            failing.append((rel, layouts))
+    if not failing:
+        return results, [], False
+    findings = frontier(dist, base, proven, mesh)
+    suspects = [_suspect(f.node, f.reason, f.operands) for f in findings]
+    definite = any(f.definite for f in findings)
+    for rel, layouts in failing:
+        if layouts and not findings:
+            node = dist.node(rel.dist_id)
+            suspects.append(_suspect(node, output_mismatch(node, rel.layout, layouts), []))
+            definite = True
+    return results, suspects, definite
+
+
+def _suspect(node, reason: str, operands: list[str]) -> Suspect:
+    loc = node.loc
+    return Suspect(
+        op=node.op,
+        node=node.name,
+        file=loc.file if loc else "",
+        line=loc.line if loc else 0,
+        function=loc.function if loc else "",
+        reason=reason,
+        operands=operands,
+        framework_op=node.framework_op,
+    )
+
+
+def verify_files(baseline: str, distributed: str, rules_dir: str | Path, mesh: str | None = None,
+                 relations: str | None = None, limits: Limits | None = None) -> Report:
+    timings: dict[str, float] = {}
+    start = time.perf_counter()
+    rules = compile_rule_dir(rules_dir)
+    timings["compile_rules"] = time.perf_counter() - start
+    start = time.perf_counter()
+    base = load_graph(baseline)
+    dist = load_graph(distributed)
+    timings["load"] = time.perf_counter() - start
+    given = read_relations_file(relations) if relations else None
+    chosen = choose_mesh(mesh, dist, given)
+    return verify_graphs(base, dist, rules, chosen, given, limits, timings)
