@@ -128,9 +128,10 @@ class _ToAst(Transformer):
 
 
 def _syntax_error(path: str, text: str, err: UnexpectedInput) -> ScalifyError:
-    if isinstance(err, UnexpectedEOF):
-        expected = sorted(err.expected)
-        lines = text.splitlines() or [""]
+    at_end = isinstance(err, UnexpectedToken) and err.token.type == "$END"
+    if isinstance(err, UnexpectedEOF) or at_end:
+        expected = sorted(x for x in err.expected if not x.startswith("__"))
+        lines = text.rstrip().splitlines() or [""]
         return ScalifyError(
             f"unexpected end of file; expected one of: {', '.join(expected)}",
             path,

@@ -7,6 +7,8 @@ A case file (`rules/tests/<rule file>/*.case`) has `# key: value` header lines, 
     # mesh: tp=4
     # fires: dot_shard_rhs          (rules that must have matched; comma separated)
     # suspect: add.1                (the node the report must name first)
+    # near-miss: dot_shard_rhs      (rules this case tempts but must not prove; the case
+                                      must then expect a verdict other than equivalent)
 
 Each rule has a case that must be proved and a near-miss that must not.
 """
@@ -33,6 +35,7 @@ class Case:
     baseline: str
     distributed: str
     fires: list[str] = field(default_factory=list)
+    near_misses: list[str] = field(default_factory=list)
 
 
 def read_case(path: Path) -> Case:
@@ -56,9 +59,17 @@ def read_case(path: Path) -> Case:
             raise ScalifyError(f"case has no `--- {name}` section", str(path))
     if header.get("expect") not in VERDICTS:
         raise ScalifyError(f"case needs `# expect:` one of {', '.join(VERDICTS)}", str(path), 1)
-    fires = [r.strip() for r in header.get("fires", "").split(",") if r.strip()]
+    near_misses = _names(header.get("near-miss", ""))
+    if near_misses and header["expect"] == "equivalent":
+        raise ScalifyError("a `near-miss:` case must expect a verdict other than equivalent",
+                           str(path), 1)
     return Case(str(path), header, "\n".join(sections["baseline"]),
-                "\n".join(sections["distributed"]), fires)
+                "\n".join(sections["distributed"]), _names(header.get("fires", "")),
+                near_misses)
+
+
+def _names(text: str) -> list[str]:
+    return [name.strip() for name in text.split(",") if name.strip()]
 
 
 def run_case(case: Case, rules: CompiledRuleSet) -> tuple[Report, list[str]]:
@@ -77,7 +88,8 @@ def run_case(case: Case, rules: CompiledRuleSet) -> tuple[Report, list[str]]:
     fired = report.stats["rules_fired"]
     problems += [f"rule `{r}` did not fire" for r in case.fires if r not in fired]
     known = {r.name for r in rules.rules}
-    problems += [f"`fires:` names unknown rule `{r}`" for r in case.fires if r not in known]
+    problems += [f"names unknown rule `{r}`" for r in case.fires + case.near_misses
+                 if r not in known]
     wanted = case.header.get("suspect")
     if wanted and (not report.suspects or report.suspects[0].node != wanted):
         got = report.suspects[0].node if report.suspects else "none"

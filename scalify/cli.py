@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from importlib import resources
 from pathlib import Path
@@ -103,6 +104,13 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     except OSError as err:
         print(f"error: {err.strerror}: {err.filename}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except Exception as err:  # a bug in Scalify, not in the input: say so, without a traceback
+        if os.environ.get("SCALIFY_DEBUG") == "1":
+            raise
+        print(f"scalify: internal error: {type(err).__name__}: {err}\n"
+              "  this is a bug in Scalify; rerun with SCALIFY_DEBUG=1 for the traceback",
+              file=sys.stderr)
         return EXIT_BAD_INPUT
 
 

@@ -69,6 +69,7 @@ def _check_golden(result: LintResult, golden: Path, text: str, bless: bool) -> N
 def _check_cases(result: LintResult, folder: Path, rule_file: Path, compiled, rules) -> None:
     paths = case_files(folder, rule_file)
     covered: set[str] = set()
+    tempted: set[str] = set()
     for path in paths:
         result.cases += 1
         try:
@@ -78,9 +79,13 @@ def _check_cases(result: LintResult, folder: Path, rule_file: Path, compiled, ru
             result.fail(err.render())
             continue
         covered |= set(case.fires)
+        tempted |= set(case.near_misses)
         for problem in problems:
             result.fail(f"{path}: error: {problem}")
     for rule in compiled.rules:
         if rule.name not in covered:
             result.fail(f"{rule.source}: error: rule `{rule.name}` has no case that must fire "
                         f"(add one under {folder / 'tests' / rule_file.stem})")
+        if rule.name not in tempted:
+            result.fail(f"{rule.source}: error: rule `{rule.name}` has no near-miss case "
+                        "(`# near-miss:`) that must not be proved")

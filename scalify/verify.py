@@ -130,7 +130,8 @@ def _decide(base: Graph, dist: Graph, mesh: Mesh, outputs: list[Relation], prove
         ok = any(canonical(lay) == want for lay in layouts)
         shape_ok = local_shape(base.node(rel.base_id).shape, rel.layout, mesh) == \
             dist.node(rel.dist_id).shape
-        proven_text = " | ".join(sorted({layout_str(lay) for lay in layouts})) or "unrelated"
+        proven_text = " | ".join(sorted({layout_str(canonical(lay)) for lay in layouts})) \
+            or "unrelated"
         results.append(OutputResult(index, dist.node(rel.dist_id).name,
                                     layout_str(rel.layout), proven_text, ok and shape_ok))
         if not (ok and shape_ok):

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from scalify.ir import COLLECTIVES, Graph, Node
-from scalify.layout import Layout, layout_str
+from scalify.layout import Layout, canonical, layout_str
 from scalify.mesh import Mesh
 
 from .signature import ELEMENTWISE, collective_axes
@@ -40,9 +40,11 @@ def related(node_id: int, graph: Graph, proven: Proven) -> bool:
 def describe(node_id: int, dist: Graph, base: Graph, proven: Proven) -> str:
     node = dist.node(node_id)
     if node_id not in proven:
-        return f"{node.name}: literal" if _is_literal(node, dist) else f"{node.name}: unrelated"
-    parts = sorted(f"{layout_str(lay)} of {base.node(b).name}" for lay, b in proven[node_id])
-    return f"{node.name}: " + " | ".join(parts[:3])
+        kind = "a literal" if _is_literal(node, dist) else "unrelated to the baseline"
+        return f"`{node.name}` is {kind}"
+    parts = sorted({f"{layout_str(canonical(lay))} of baseline `{base.node(b).name}`"
+                    for lay, b in proven[node_id]})
+    return f"`{node.name}` is " + " | ".join(parts[:3])
 
 
 def _layouts(node_id: int, proven: Proven) -> list[Layout]:
@@ -107,7 +109,7 @@ def _groups_text(groups) -> str:
 
 
 def _layouts_text(layouts: list[Layout]) -> str:
-    return " | ".join(sorted({layout_str(lay) for lay in layouts})) or "unrelated"
+    return " | ".join(sorted({layout_str(canonical(lay)) for lay in layouts})) or "unrelated"
 
 
 def frontier(dist: Graph, base: Graph, proven: Proven, mesh: Mesh) -> list[Finding]:

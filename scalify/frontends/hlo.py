@@ -57,7 +57,7 @@ class _Instr:
         name: str,
         shape: _Shape,
         opcode: str,
-        operands: list[Token],
+        operands: list[str],
         args_span: tuple[int, int],
         attrs: dict[str, _Raw],
         root: bool,
@@ -138,28 +138,52 @@ def _array_of(token: Token) -> _Array:
     return arr
 
 
+_KEY_CACHE: dict[str, str] = {}
+_LITERAL_OPCODES = frozenset({"constant", "parameter"})
+
+
+def _attr_key(token: Token) -> str:
+    """`, lhs_contracting_dims=` -> `lhs_contracting_dims` (few distinct keys: cached)."""
+    text = str(token)
+    key = _KEY_CACHE.get(text)
+    if key is None:
+        key = _strip_pct(text.lstrip(",").rstrip("=").strip())
+        _KEY_CACHE[text] = key
+    return key
+
+
+def _attrs(c: list[Any], start: int) -> dict[str, _Raw]:
+    return {_attr_key(c[i]): c[i + 1] for i in range(start, len(c), 2)}
+
+
+def _shape_of(item: Any) -> _Shape:
+    return _array_of(item) if isinstance(item, Token) else item
+
+
+class _Kids:
+    """Stand-in for the Tree of Lark's helper rules (`x*` repetitions), which their parent
+    splices in through `.children`: a plain object skips Tree and position bookkeeping."""
+
+    __slots__ = ("children",)
+
+    def __init__(self, children: list[Any]) -> None:
+        self.children = children
+
+
 class _ToRecords(Transformer):
     """Inline LALR callbacks: build records directly, no parse tree (this is the hot path)."""
 
-    def array_shape(self, c: list[Any]) -> _Array:
-        return _array_of(c[0])
+    def __default__(self, data: Any, children: list[Any], meta: Any) -> _Kids:
+        return _Kids(children)
 
     def tuple_shape(self, c: list[Any]) -> list[_Shape]:
-        return [x for x in c if not isinstance(x, Token)]
+        return [_shape_of(x) for x in c[1:-1]]
 
-    def group(self, c: list[Any]) -> _Raw:
-        if len(c) == 1:
-            return c[0]
+    def group(self, c: list[Any]) -> tuple[int, int]:
         return (c[0].start_pos, c[-1].end_pos)
 
     def nested(self, c: list[Any]) -> None:
         return None
-
-    def value(self, c: list[Any]) -> _Raw:
-        return c[0]
-
-    def attr(self, c: list[Any]) -> tuple[str, _Raw]:
-        return (str(c[0]), c[1])
 
     def typed_arg(self, c: list[Any]) -> Token | None:
         return c[1] if len(c) > 1 else None
@@ -170,23 +194,32 @@ class _ToRecords(Transformer):
     def literal_arg(self, c: list[Any]) -> None:
         return None
 
-    def args(self, c: list[Any]) -> tuple[list[Token], tuple[int, int]]:
-        operands = [x for x in c[1:-1] if x is not None]
-        return operands, (c[0].end_pos, c[-1].start_pos)
+    def args(self, c: list[Any]) -> tuple[list[str], tuple[int, int]]:
+        names = [_strip_pct(str(x)) for x in c[1:-1] if x is not None]
+        return names, (c[0].end_pos, c[-1].start_pos)
 
     def instr(self, c: list[Any]) -> _Instr:
         root = c[0].type == "ROOT"
         i = 1 if root else 0
-        name_tok = c[i]
-        operands, span = c[i + 3]
-        attrs = dict(c[i + 4 :])
+        def_tok = c[i]
+        opcode = str(c[i + 2])
+        args = c[i + 3]
+        if isinstance(args, Token):
+            span = (args.start_pos + 1, args.end_pos - 1)
+            names = [n.strip() for n in args[1:-1].replace("%", "").split(",")]
+            if names == [""]:
+                names = []
+        else:
+            names, span = args
+        if opcode in _LITERAL_OPCODES:
+            names = []
+        name = _strip_pct(def_tok[:-1].rstrip())
         return _Instr(
-            _strip_pct(str(name_tok)), c[i + 1], str(c[i + 2]), operands, span, attrs, root,
-            name_tok,
+            name, _shape_of(c[i + 1]), opcode, names, span, _attrs(c, i + 4), root, def_tok
         )
 
     def computation(self, c: list[Any]) -> _Comp:
-        entry = isinstance(c[0], Token) and c[0].type == "ENTRY"
+        entry = c[0].type == "ENTRY"
         name_tok = c[1] if entry else c[0]
         instrs = [x for x in c if isinstance(x, _Instr)]
         return _Comp(_strip_pct(str(name_tok)), entry, instrs, name_tok)
@@ -204,7 +237,7 @@ class _ToRecords(Transformer):
         return (str(c[0]), c[1:])
 
     def module_header(self, c: list[Any]) -> dict[str, _Raw]:
-        return dict(c[1:])
+        return _attrs(c, 1)
 
     def start(self, c: list[Any]) -> _Module:
         module = _Module()
@@ -657,6 +690,19 @@ class _Lowering:
         column = token.column if token is not None and token.column else 0
         return ScalifyError(message, self.path, line, column, line_of(self.text, line))
 
+    def operand_error(self, ins: _Instr, name: str) -> ScalifyError:
+        """An undefined operand, pointed at where it is written in the operand list."""
+        start, end = ins.args_span
+        pos = self.text.find(name, start, end)
+        if pos < 0:
+            return self.error(f"operand '{name}' names no instruction", ins.token)
+        line = self.text.count("\n", 0, pos) + 1
+        column = pos - self.text.rfind("\n", 0, pos)
+        return ScalifyError(
+            f"operand '{name}' names no instruction in this computation", self.path, line,
+            column, line_of(self.text, line),
+        )  # fmt: skip
+
     def raw(self, value: _Raw) -> str:
         return str(value) if isinstance(value, str) else self.text[value[0] : value[1]]
 
@@ -774,10 +820,9 @@ class _Lowering:
         in_order = True
         seen: set[str] = set()
         for ins in comp.instrs:
-            for tok in ins.operands:
-                name = _strip_pct(str(tok))
+            for name in ins.operands:
                 if name not in by_name:
-                    raise self.error(f"operand '{name}' names no instruction", tok)
+                    raise self.operand_error(ins, name)
                 if name not in seen:
                     in_order = False
             seen.add(ins.name)
@@ -797,7 +842,7 @@ class _Lowering:
                 ins, i = stack.pop()
                 if i < len(ins.operands):
                     stack.append((ins, i + 1))
-                    dep = comp.by_name[_strip_pct(str(ins.operands[i]))]
+                    dep = comp.by_name[ins.operands[i]]
                     mark = state.get(dep.name)
                     if mark == 1:
                         raise self.error(f"instruction '{dep.name}' depends on itself", dep.token)
@@ -882,7 +927,7 @@ class _Lowering:
     def lower(self, ins: _Instr, env: dict[str, _Value], args: list[_Value] | None,
               inherited: SourceLoc | None) -> _Value:  # fmt: skip
         opcode = ins.opcode
-        vals = [env[_strip_pct(str(t))] for t in ins.operands]
+        vals = [env[name] for name in ins.operands]
         loc, fop, fields = self.meta(ins)
         if loc is None:
             loc = inherited
@@ -1006,7 +1051,7 @@ class _Lowering:
         op = _REDUCERS.get(root.opcode)
         if op is None or len(root.operands) != 2:
             return None
-        params = {_strip_pct(str(t)) for t in root.operands}
+        params = set(root.operands)
         if len(params) != 2 or any(comp.by_name[p].opcode != "parameter" for p in params):
             return None
         return op

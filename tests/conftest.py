@@ -1,0 +1,62 @@
+"""Shared fixtures: paths of the repo and a runner for the `scalify` CLI in-process."""
+
+from __future__ import annotations
+
+import io
+import re
+import sys
+from contextlib import redirect_stderr, redirect_stdout
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from scalify.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+MLP = REPO / "examples" / "mlp"
+
+
+@dataclass
+class CliResult:
+    code: int
+    out: str
+    err: str
+
+
+def run_cli(*args: str) -> CliResult:
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        try:
+            code = main(list(args))
+        except SystemExit as exit_:
+            code = int(exit_.code or 0)
+    return CliResult(code, out.getvalue(), err.getvalue())
+
+
+def bug_line(name: str) -> int:
+    """The line of examples/mlp/model.py tagged `# BUG: name`."""
+    for number, line in enumerate((MLP / "model.py").read_text().splitlines(), 1):
+        if re.search(rf"# BUG: {name}\b", line):
+            return number
+    raise AssertionError(f"no BUG marker {name}")
+
+
+def line_of(pattern: str) -> int:
+    for number, line in enumerate((MLP / "model.py").read_text().splitlines(), 1):
+        if pattern in line:
+            return number
+    raise AssertionError(pattern)
+
+
+@pytest.fixture
+def cli():
+    return run_cli
+
+
+@pytest.fixture(autouse=True)
+def _repo_cwd(monkeypatch):
+    monkeypatch.chdir(REPO)
+
+
+sys.setrecursionlimit(max(sys.getrecursionlimit(), 10000))

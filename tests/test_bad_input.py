@@ -1,0 +1,71 @@
+"""Bad input gets exit 2 and a message naming the file and what was expected; no traceback."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import MLP
+
+BASE = str(MLP / "hlo" / "baseline.hlo")
+DIST = str(MLP / "hlo" / "tp.hlo")
+
+
+def assert_clean_error(result, *fragments):
+    assert result.code == 2, result.out + result.err
+    assert "Traceback" not in result.err
+    for fragment in fragments:
+        assert fragment in result.err, result.err
+
+
+def test_missing_file(cli):
+    assert_clean_error(cli("verify", BASE, "nope.hlo"), "nope.hlo", "not found")
+
+
+def test_truncated_hlo(cli, tmp_path):
+    text = (MLP / "hlo" / "tp.hlo").read_text()
+    cut = tmp_path / "cut.hlo"
+    cut.write_text(text[: len(text) // 2])
+    result = cli("verify", BASE, str(cut))
+    assert_clean_error(result, "cut.hlo:", "error:")
+
+
+def test_not_hlo(cli, tmp_path):
+    other = tmp_path / "model.txt"
+    other.write_text("hello\n")
+    assert_clean_error(cli("verify", BASE, str(other)), "model.txt:1:1", "HloModule")
+
+
+def test_unknown_op_in_rule(cli, tmp_path):
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    (rules / "core.srl").write_text(
+        "# frob is not an op\nrule r:\n  match frob(X)\n  rewrite frob(X) == X\n")
+    result = cli("verify", BASE, DIST, "--rules", str(rules))
+    assert_clean_error(result, "core.srl:3:9: error: unknown op `frob`", "^")
+
+
+def test_mesh_that_does_not_divide(cli):
+    result = cli("verify", BASE, DIST, "--mesh", "dp=2,tp=3")
+    assert_clean_error(result, "tp.hlo", "error:")
+
+
+def test_bad_mesh_syntax(cli):
+    assert_clean_error(cli("verify", BASE, DIST, "--mesh", "tp"), "expected NAME=SIZE")
+
+
+def test_relations_file_not_json(cli, tmp_path):
+    bad = tmp_path / "rel.json"
+    bad.write_text("{ nope")
+    assert_clean_error(cli("verify", BASE, DIST, "--relations", str(bad)), "rel.json:1:3")
+
+
+def test_relations_file_unknown_input(cli, tmp_path):
+    rel = tmp_path / "rel.json"
+    rel.write_text(json.dumps({"inputs": {"w9": "replicate"}}))
+    assert_clean_error(cli("verify", BASE, DIST, "--relations", str(rel)), "w9")
+
+
+def test_usage_error(cli):
+    result = cli("verify", BASE)
+    assert result.code == 2
+    assert "usage:" in result.err

@@ -1,0 +1,56 @@
+"""`scalify rules lint` on the shipped rules, on broken rule folders, and golden blessing."""
+
+from __future__ import annotations
+
+import shutil
+
+from conftest import REPO
+
+
+def test_shipped_rules_lint_clean(cli):
+    result = cli("rules", "lint")
+    assert result.code == 0, result.out
+    assert "rules: ok" in result.out
+
+
+def test_syntax_error_in_rule_file(cli, tmp_path):
+    (tmp_path / "core.srl").write_text("rule broken:\n  match dot(X\n")
+    result = cli("rules", "lint", str(tmp_path))
+    assert result.code == 1
+    assert "core.srl:2:" in result.out and "error:" in result.out and "^" in result.out
+
+
+def copy_rules(tmp_path):
+    target = tmp_path / "rules"
+    shutil.copytree(REPO / "rules", target)
+    return target
+
+
+def test_golden_mismatch_shows_a_diff(cli, tmp_path):
+    rules = copy_rules(tmp_path)
+    srl = rules / "tp.srl"
+    srl.write_text(srl.read_text().replace("outdim(1, d) >= 0", "outdim(1, d) > 0", 1))
+    result = cli("rules", "lint", str(rules))
+    assert result.code == 1
+    assert "differs from the golden file" in result.out
+    assert "-       (>= ?_dim2 0))" in result.out and "+       (> ?_dim2 0))" in result.out
+
+
+def test_bless_rewrites_goldens(cli, tmp_path, monkeypatch):
+    rules = copy_rules(tmp_path)
+    (rules / "tests" / "tp.golden.egg").write_text("stale\n")
+    monkeypatch.setenv("SCALIFY_BLESS", "1")
+    assert cli("rules", "lint", str(rules)).code in (0, 1)
+    monkeypatch.delenv("SCALIFY_BLESS")
+    assert "dot_shard_rhs" in (rules / "tests" / "tp.golden.egg").read_text()
+
+
+def test_rule_without_a_case_is_reported(cli, tmp_path):
+    rules = copy_rules(tmp_path)
+    extra = ("\n# -(x[blk]) == (-x)[blk], stated twice\nrule neg_shard_again:\n"
+             "  match   neg(X)\n  where   X ~ x @ shard(d, a)\n"
+             "  rewrite neg(X) ~ neg(x) @ shard(d, a)\n")
+    (rules / "tp.srl").write_text((rules / "tp.srl").read_text() + extra)
+    result = cli("rules", "lint", "--bless", str(rules))
+    assert "rule `neg_shard_again` has no case that must fire" in result.out
+    assert "rule `neg_shard_again` has no near-miss case" in result.out
