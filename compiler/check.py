@@ -26,6 +26,7 @@ from .ast import (
     Var,
 )
 from .signatures import (
+    COMMON_ATTRS,
     CONSTANT_NAMES,
     DIM_FUNCTIONS,
     LAYOUTS,
@@ -102,7 +103,7 @@ class RuleChecker:
         if len(app.args) not in arities:
             raise self.fail(app.span, f"`{app.name}` takes {_arity_text(arities)} operands, "
                             f"found {len(app.args)}")
-        allowed = OP_ATTRS.get(name, {})
+        allowed = {**COMMON_ATTRS, **OP_ATTRS.get(name, {})}
         for attr, _ in app.attrs:
             if attr not in allowed:
                 raise self.fail(app.span, f"`{app.name}` has no attribute `{attr}`",
@@ -114,7 +115,7 @@ class RuleChecker:
             self._bind(app.args[0], SCALAR, info)
             return
         for attr, value in app.attrs:
-            kind = OP_ATTRS[app.name][attr]
+            kind = {**COMMON_ATTRS, **OP_ATTRS.get(app.name, {})}[attr]
             self._bind(value, DIM if kind == "I" else AXIS if attr == "axes" else STR, info)
         for arg in app.args:
             if isinstance(arg, App):

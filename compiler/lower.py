@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from .ast import App, Comparison, Equation, IntLit, Membership, Relation, StrLit, Value, Var
 from .check import RuleInfo
-from .signatures import CONSTANT_NAMES, DIM_FUNCTIONS, OP_ATTRS, SPLAT
+from .signatures import COMMON_ATTRS, CONSTANT_NAMES, DIM_FUNCTIONS, OP_ATTRS, SPLAT
 
 
 @dataclass
@@ -88,7 +88,7 @@ class _Lowering:
                 args.append(self.var(arg.name))
         self.query.append(f"(= {target} (Op{len(args)} {op} {key} {' '.join(args)}))")
         for attr, value in app.attrs:
-            kind = OP_ATTRS[app.name][attr]
+            kind = {**COMMON_ATTRS, **OP_ATTRS.get(app.name, {})}[attr]
             rendered = self.dim(value) if kind == "I" else self.string(value)
             self.query.append(f'(= (Attr{kind} {key} "{attr}") {rendered})')
 

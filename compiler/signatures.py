@@ -5,7 +5,12 @@ from __future__ import annotations
 from scalify.ir import COLLECTIVES, ELEMENTWISE_BINARY, ELEMENTWISE_UNARY
 
 # Attribute kinds: "S" string, "I" integer. Each maps to an egglog lookup (AttrS / AttrI).
+# Every op has `class`: float, int or pred, the kind of its result dtype (an identity over the
+# reals may fail over integers: integer division does not distribute over a sum).
+COMMON_ATTRS: dict[str, str] = {"class": "S"}
+
 OP_ATTRS: dict[str, dict[str, str]] = {
+    "convert": {"from_class": "S"},
     "all_reduce": {"op": "S", "axes": "S"},
     "all_gather": {"dim": "I", "axes": "S"},
     "reduce_scatter": {"dim": "I", "op": "S", "axes": "S"},
@@ -38,7 +43,7 @@ SPLAT = "splat"
 LAYOUTS: dict[str, int] = {"shard": 2, "partial": 2, "invariant": 1, "replicate": 0}
 
 # Bare names that are constants, not variables, where a string is expected.
-CONSTANT_NAMES = frozenset({"sum", "max", "min", "prod"})
+CONSTANT_NAMES = frozenset({"sum", "max", "min", "prod", "float", "int", "pred"})
 
 # Dim functions over an op's signature: `outdim(k, d)` is where dim d of operand k lands in
 # the output (negative when consumed: -1-i for the i-th contracted pair or a reduced dim);

@@ -25,6 +25,47 @@ def _is_scalar_fill(node: Node, graph: Graph) -> bool:
     return operand.op == "constant" and operand.shape == ()
 
 
+def shape_free_nodes(graph: Graph) -> set[int]:
+    """Broadcasts whose term may omit the sizes they broadcast to.
+
+    Terms carry no sizes, so equal terms must mean equal shapes. A broadcast may drop its
+    output sizes only when every user is elementwise and has another operand whose term pins
+    the shape ("anchored"); otherwise a 2-row fill would equal an 8-row fill. Computed as a
+    greatest fixpoint: candidates that lose their anchor are dropped until none does.
+    """
+    users = graph.users()
+    outputs = set(graph.outputs)
+    free = {
+        n.id for n in graph.nodes.values()
+        if n.op == "broadcast" and n.id not in outputs and users[n.id]
+        and all(graph.node(u).op in ELEMENTWISE for u in users[n.id])
+    }
+    while True:
+        anchored = _anchored(graph, free)
+        lost = {
+            n for n in free
+            if any(not any(o != n and o in anchored for o in graph.node(u).operands)
+                   for u in users[n])
+        }
+        if not lost:
+            return free
+        free -= lost
+
+
+def _anchored(graph: Graph, free: set[int]) -> set[int]:
+    anchored: set[int] = set()
+    for node in graph.nodes.values():
+        if node.id in free:
+            continue
+        if node.op in ELEMENTWISE:
+            ok = any(o in anchored for o in node.operands)
+        else:
+            ok = all(o in anchored for o in node.operands)
+        if ok:
+            anchored.add(node.id)
+    return anchored
+
+
 class GraphEncoder:
     """Encodes one graph (one side) and collects the signatures it used."""
 
@@ -33,30 +74,10 @@ class GraphEncoder:
         self.side = side
         self.mesh = mesh
         self.signatures = signatures
-        self.users = graph.users()
-        self.outputs = set(graph.outputs)
+        self.shape_free = shape_free_nodes(graph)
 
     def name(self, node_id: int) -> str:
         return f"${self.side}{node_id}"
-
-    def _all_users_elementwise(self, node: Node) -> bool:
-        users = self.users[node.id]
-        return bool(users) and node.id not in self.outputs and all(
-            self.graph.node(u).op in ELEMENTWISE for u in users
-        )
-
-    def _splat(self, node: Node) -> str:
-        literal = self.graph.node(node.operands[0]).attrs.get("value", "?")
-        return f"(Splat {egg_string(str(literal))} {egg_string(node.dtype)})"
-
-    def _operand(self, user: Node, operand_id: int) -> str:
-        operand = self.graph.node(operand_id)
-        if user.op in ELEMENTWISE and _is_scalar_fill(operand, self.graph):
-            has_shaped = any(not _is_scalar_fill(self.graph.node(o), self.graph)
-                             for o in user.operands)
-            if has_shaped:
-                return self._splat(operand)
-        return self.name(operand_id)
 
     def term(self, node: Node) -> str:
         if node.op == "parameter":
@@ -66,15 +87,16 @@ class GraphEncoder:
             shape = ",".join(map(str, node.shape))
             return (f"(Const {egg_string(str(node.attrs.get('value')))} "
                     f"{egg_string(node.dtype)} {egg_string(shape)})")
-        if _is_scalar_fill(node, self.graph) and self._all_users_elementwise(node):
-            return self._splat(node)
+        shape_free = node.id in self.shape_free
+        if shape_free and _is_scalar_fill(node, self.graph):
+            literal = self.graph.node(node.operands[0]).attrs.get("value", "?")
+            return f"(Splat {egg_string(str(literal))} {egg_string(node.dtype)})"
         arity = len(node.operands)
         if node.op == "rank_index" or not 1 <= arity <= 3:
             return f"(Leaf {egg_string(node.op + ':' + self.side)} {node.id})"
-        shape_free = node.op == "broadcast" and self._all_users_elementwise(node)
         signature = node_signature(node, self.graph, self.mesh, shape_free)
         self.signatures.setdefault(signature.key, signature)
-        operands = " ".join(self._operand(node, o) for o in node.operands)
+        operands = " ".join(self.name(o) for o in node.operands)
         return f"(Op{arity} {egg_string(node.op)} {egg_string(signature.key)} {operands})"
 
     def commands(self) -> list[str]:

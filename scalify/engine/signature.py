@@ -29,6 +29,15 @@ class Signature:
     attrs_i: dict[str, int] = field(default_factory=dict)
 
 
+def dtype_class(dtype: str) -> str:
+    """float, int or pred: what identities over the reals may assume about a dtype."""
+    if dtype == "pred":
+        return "pred"
+    if dtype.startswith(("f", "bf", "c")):
+        return "float"
+    return "int"
+
+
 def _ints(values) -> str:
     return ",".join(str(v) for v in values)
 
@@ -86,6 +95,10 @@ def node_signature(
     parts = [node.op, node.dtype, "r=" + _ints(ranks)]
     a = node.attrs
     sig = Signature("")
+    sig.attrs_s["class"] = dtype_class(node.dtype)
+    if node.op == "convert":
+        sig.attrs_s["from_class"] = dtype_class(operands[0].dtype)
+        parts.append("from=" + operands[0].dtype)
     if node.op == "dot":
         parts += [f"lb={_ints(a.get('lhs_batch', ()))}", f"rb={_ints(a.get('rhs_batch', ()))}",
                   f"lc={_ints(a.get('lhs_contracting', ()))}",
