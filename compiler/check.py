@@ -48,8 +48,9 @@ class RuleInfo:
 
 
 def error_at(span: Span, text: str, message: str, *notes: str) -> ScalifyError:
-    return ScalifyError(message, span.path, span.line, span.column, line_of(text, span.line),
-                        list(notes))
+    return ScalifyError(
+        message, span.path, span.line, span.column, line_of(text, span.line), list(notes)
+    )
 
 
 class RuleChecker:
@@ -65,8 +66,11 @@ class RuleChecker:
     def check_rule(self, rule: Rule) -> RuleInfo:
         info = RuleInfo(rule)
         if not isinstance(rule.match, App):
-            raise self.fail(_span(rule.match), "`match` takes one op pattern such as `dot(X, W)`",
-                            "layout clauses (`X ~ x @ ...`) belong in `where`")
+            raise self.fail(
+                _span(rule.match),
+                "`match` takes one op pattern such as `dot(X, W)`",
+                "layout clauses (`X ~ x @ ...`) belong in `where`",
+            )
         for clause in rule.where:
             if isinstance(clause, Membership):
                 info.op_vars[clause.var] = self._family(clause)
@@ -79,15 +83,19 @@ class RuleChecker:
     def _family(self, clause: Membership) -> str:
         if clause.family not in self.families:
             known = ", ".join(sorted(self.families)) or "none"
-            raise self.fail(clause.span, f"unknown op family `{clause.family}`",
-                            f"families: {known}")
+            raise self.fail(
+                clause.span, f"unknown op family `{clause.family}`", f"families: {known}"
+            )
         return clause.family
 
     def _op_name(self, app: App, info: RuleInfo) -> str:
         if app.name in info.op_vars or app.name in OP_ARITY or app.name == SPLAT:
             return app.name
-        raise self.fail(app.span, f"unknown op `{app.name}`",
-                        "declare an op variable with `where f in FAMILY`, or use a canonical op")
+        raise self.fail(
+            app.span,
+            f"unknown op `{app.name}`",
+            "declare an op variable with `where f in FAMILY`, or use a canonical op",
+        )
 
     def _check_arity(self, app: App, info: RuleInfo) -> None:
         name = self._op_name(app, info)
@@ -101,13 +109,18 @@ class RuleChecker:
         else:
             arities = set(OP_ARITY[name])
         if len(app.args) not in arities:
-            raise self.fail(app.span, f"`{app.name}` takes {_arity_text(arities)} operands, "
-                            f"found {len(app.args)}")
+            raise self.fail(
+                app.span,
+                f"`{app.name}` takes {_arity_text(arities)} operands, found {len(app.args)}",
+            )
         allowed = {**COMMON_ATTRS, **OP_ATTRS.get(name, {})}
         for attr, _ in app.attrs:
             if attr not in allowed:
-                raise self.fail(app.span, f"`{app.name}` has no attribute `{attr}`",
-                                f"attributes: {', '.join(allowed) or 'none'}")
+                raise self.fail(
+                    app.span,
+                    f"`{app.name}` has no attribute `{attr}`",
+                    f"attributes: {', '.join(allowed) or 'none'}",
+                )
 
     def _bind_pattern(self, app: App, info: RuleInfo, top: bool) -> None:
         self._check_arity(app, info)
@@ -129,8 +142,10 @@ class RuleChecker:
         if isinstance(value, Var) and value.name not in CONSTANT_NAMES:
             previous = info.roles.setdefault(value.name, role)
             if previous != role:
-                raise self.fail(value.span, f"`{value.name}` is used as a {role} here but as a "
-                                f"{previous} before")
+                raise self.fail(
+                    value.span,
+                    f"`{value.name}` is used as a {role} here but as a {previous} before",
+                )
 
     def _check_where(self, clause, info: RuleInfo) -> None:
         if isinstance(clause, Membership):
@@ -139,11 +154,14 @@ class RuleChecker:
             return
         if isinstance(clause, Relation):
             if not isinstance(clause.dist, Var) or info.roles.get(clause.dist.name) != DIST:
-                raise self.fail(_span(clause.dist), "the left of `~` must be an operand "
-                                "variable of the match")
+                raise self.fail(
+                    _span(clause.dist), "the left of `~` must be an operand variable of the match"
+                )
             if not isinstance(clause.base, Var):
-                raise self.fail(_span(clause.base), "the middle of `X ~ x @ layout` must be a "
-                                "new baseline variable")
+                raise self.fail(
+                    _span(clause.base),
+                    "the middle of `X ~ x @ layout` must be a new baseline variable",
+                )
             self._bind(clause.base, BASE, info)
             self._check_layout(clause.layout, info, binding=True)
             return
@@ -151,18 +169,20 @@ class RuleChecker:
             for side in (clause.lhs, clause.rhs):
                 self._check_dim_expr(side, info)
             return
-        raise self.fail(_span(clause), "a `where` clause is `X ~ x @ layout`, `f in family` or "
-                        "a comparison")
+        raise self.fail(
+            _span(clause), "a `where` clause is `X ~ x @ layout`, `f in family` or a comparison"
+        )
 
     def _check_layout(self, layout: Value, info: RuleInfo, binding: bool) -> None:
         if isinstance(layout, Var) and layout.name == "replicate":
             return
         if not isinstance(layout, App) or layout.name not in LAYOUTS:
-            raise self.fail(_span(layout), "expected a layout: replicate, invariant(a), "
-                            "shard(dim, a) or partial(op, a)")
+            raise self.fail(
+                _span(layout),
+                "expected a layout: replicate, invariant(a), shard(dim, a) or partial(op, a)",
+            )
         if len(layout.args) != LAYOUTS[layout.name]:
-            raise self.fail(layout.span, f"`{layout.name}` takes {LAYOUTS[layout.name]} "
-                            "arguments")
+            raise self.fail(layout.span, f"`{layout.name}` takes {LAYOUTS[layout.name]} arguments")
         args = layout.args
         if layout.name in ("shard",):
             self._dim_arg(args[0], info, binding)
@@ -205,54 +225,75 @@ class RuleChecker:
             operand = args[0]
             arity = len(target.args)
             if not isinstance(operand, IntLit) or not 0 <= operand.value < arity:
-                raise self.fail(_span(operand), f"`{value.name}` needs an operand index "
-                                f"0..{arity - 1} of `{target.name}`")
+                raise self.fail(
+                    _span(operand),
+                    f"`{value.name}` needs an operand index 0..{arity - 1} of `{target.name}`",
+                )
             self._check_dim_expr(args[1], info)
             return
-        raise self.fail(_span(value), "expected a dim expression: an integer, a bound "
-                        "variable or outdim(operand, dim)")
+        raise self.fail(
+            _span(value),
+            "expected a dim expression: an integer, a bound variable or outdim(operand, dim)",
+        )
 
     def _require_bound(self, value: Value, info: RuleInfo) -> None:
-        if isinstance(value, Var) and value.name not in info.roles \
-                and value.name not in CONSTANT_NAMES:
-            raise self.fail(value.span, f"unbound variable `{value.name}`",
-                            "bind it in `match` or in a `where` layout clause")
+        if (
+            isinstance(value, Var)
+            and value.name not in info.roles
+            and value.name not in CONSTANT_NAMES
+        ):
+            raise self.fail(
+                value.span,
+                f"unbound variable `{value.name}`",
+                "bind it in `match` or in a `where` layout clause",
+            )
 
     def _check_rewrite(self, rule: Rule, info: RuleInfo) -> None:
         clause = rule.rewrite
         if isinstance(clause, Relation):
             if clause.dist != rule.match and not _same_term(clause.dist, rule.match):
-                raise self.fail(_span(clause.dist), "the left of the rewrite must repeat the "
-                                "matched term")
+                raise self.fail(
+                    _span(clause.dist), "the left of the rewrite must repeat the matched term"
+                )
             self._check_base_term(clause.base, info)
             self._check_layout(clause.layout, info, binding=False)
             return
         if isinstance(clause, Equation):
             if not _same_term(clause.lhs, rule.match):
-                raise self.fail(_span(clause.lhs), "the left of `==` must repeat the matched "
-                                "term")
+                raise self.fail(_span(clause.lhs), "the left of `==` must repeat the matched term")
             self._check_base_term(clause.rhs, info, allow_dist=True)
             return
-        raise self.fail(_span(clause), "a rewrite is `TERM ~ term @ layout` or `TERM == term`",
-                        "layout clauses (`X ~ x @ ...`) that constrain operands belong in `where`")
+        raise self.fail(
+            _span(clause),
+            "a rewrite is `TERM ~ term @ layout` or `TERM == term`",
+            "layout clauses (`X ~ x @ ...`) that constrain operands belong in `where`",
+        )
 
     def _check_base_term(self, value: Value, info: RuleInfo, allow_dist: bool = False) -> None:
         if isinstance(value, Var):
             role = info.roles.get(value.name)
             if role is None:
-                raise self.fail(value.span, f"unbound variable `{value.name}` in the rewrite",
-                                "every variable of the rewrite must be bound by `match` or a "
-                                "`where` layout clause")
+                raise self.fail(
+                    value.span,
+                    f"unbound variable `{value.name}` in the rewrite",
+                    "every variable of the rewrite must be bound by `match` or a "
+                    "`where` layout clause",
+                )
             if role == DIST and not allow_dist:
-                raise self.fail(value.span, f"`{value.name}` is a distributed term; the "
-                                "rewrite builds the baseline side from baseline variables")
+                raise self.fail(
+                    value.span,
+                    f"`{value.name}` is a distributed term; the "
+                    "rewrite builds the baseline side from baseline variables",
+                )
             return
         if isinstance(value, App):
             self._check_arity(value, info)
             if value.name != SPLAT and value.name not in _ops_in(info.rule.match):
-                raise self.fail(value.span, f"`{value.name}` does not occur in the match",
-                                "the rewrite rebuilds matched ops (with their attributes) on "
-                                "baseline operands")
+                raise self.fail(
+                    value.span,
+                    f"`{value.name}` does not occur in the match",
+                    "the rewrite rebuilds matched ops (with their attributes) on baseline operands",
+                )
             for arg in value.args:
                 if value.name == SPLAT:
                     self._require_bound(arg, info)
@@ -261,13 +302,14 @@ class RuleChecker:
             return
         raise self.fail(_span(value), "expected a term")
 
-
     def _matched_op(self, value: Value, info: RuleInfo) -> App:
-        apps = [a for a in _apps_in(info.rule.match) if isinstance(value, Var)
-                and a.name == value.name]
+        apps = [
+            a for a in _apps_in(info.rule.match) if isinstance(value, Var) and a.name == value.name
+        ]
         if len(apps) != 1:
-            raise self.fail(_span(value), "the first argument of a dim function names one op "
-                            "of the match")
+            raise self.fail(
+                _span(value), "the first argument of a dim function names one op of the match"
+            )
         return apps[0]
 
 
@@ -277,12 +319,16 @@ def check_rule_set(files: list[RuleFile]) -> dict[str, list[RuleInfo]]:
     for rule_file in files:
         for family in rule_file.families:
             if family.name in families:
-                raise error_at(family.span, rule_file.text,
-                               f"family `{family.name}` is declared twice")
+                raise error_at(
+                    family.span, rule_file.text, f"family `{family.name}` is declared twice"
+                )
             for member in family.members:
                 if member not in OP_ARITY:
-                    raise error_at(family.span, rule_file.text,
-                                   f"family `{family.name}` names unknown op `{member}`")
+                    raise error_at(
+                        family.span,
+                        rule_file.text,
+                        f"family `{family.name}` names unknown op `{member}`",
+                    )
             families[family.name] = family
     seen: dict[str, Rule] = {}
     result: dict[str, list[RuleInfo]] = {}
@@ -292,8 +338,12 @@ def check_rule_set(files: list[RuleFile]) -> dict[str, list[RuleInfo]]:
         for rule in rule_file.rules:
             if rule.name in seen:
                 other = seen[rule.name].span
-                raise error_at(rule.span, rule_file.text, f"duplicate rule name `{rule.name}`",
-                               f"first defined at {other.path}:{other.line}")
+                raise error_at(
+                    rule.span,
+                    rule_file.text,
+                    f"duplicate rule name `{rule.name}`",
+                    f"first defined at {other.path}:{other.line}",
+                )
             seen[rule.name] = rule
             infos.append(checker.check_rule(rule))
         result[rule_file.path] = infos
@@ -324,11 +374,16 @@ def _same_term(a: Value, b: Value) -> bool:
     if isinstance(a, IntLit | StrLit):
         return a.value == b.value
     if isinstance(a, App):
-        return (a.name == b.name and len(a.args) == len(b.args)
-                and len(a.attrs) == len(b.attrs)
-                and all(x[0] == y[0] and _same_term(x[1], y[1])
-                        for x, y in zip(a.attrs, b.attrs, strict=True))
-                and all(_same_term(x, y) for x, y in zip(a.args, b.args, strict=True)))
+        return (
+            a.name == b.name
+            and len(a.args) == len(b.args)
+            and len(a.attrs) == len(b.attrs)
+            and all(
+                x[0] == y[0] and _same_term(x[1], y[1])
+                for x, y in zip(a.attrs, b.attrs, strict=True)
+            )
+            and all(_same_term(x, y) for x, y in zip(a.args, b.args, strict=True))
+        )
     return False
 
 

@@ -57,8 +57,7 @@ def compile_texts(sources: list[tuple[str, str]]) -> CompiledRuleSet:
     files = []
     for rule_file in parsed:
         lowered = [lower_rule(info) for info in infos[rule_file.path]]
-        files.append(CompiledRuleFile(rule_file.path, lowered,
-                                      emit_rules(rule_file.path, lowered)))
+        files.append(CompiledRuleFile(rule_file.path, lowered, emit_rules(rule_file.path, lowered)))
     _refuse_shadowed(files, dict(sources))
     return CompiledRuleSet(files, families)
 
@@ -87,7 +86,10 @@ def _refuse_shadowed(files: list[CompiledRuleFile], texts: dict[str, str]) -> No
                 raise ScalifyError(
                     f"rule `{rule.name}` is shadowed by `{first.name}`: same match, conditions "
                     "and rewrite",
-                    path, int(line), 1, line_of(texts[path], int(line)),
+                    path,
+                    int(line),
+                    1,
+                    line_of(texts[path], int(line)),
                     [f"`{first.name}` is at {first.source}"],
                 )
             seen[shape] = rule

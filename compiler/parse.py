@@ -6,9 +6,9 @@ from functools import cache
 
 from lark import Lark, Token, Transformer, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
+from scalify.grammar import grammar_path
 
 from scalify.errors import ScalifyError, line_of
-from scalify.grammar import grammar_path
 
 from .ast import (
     App,

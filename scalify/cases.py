@@ -61,11 +61,17 @@ def read_case(path: Path) -> Case:
         raise ScalifyError(f"case needs `# expect:` one of {', '.join(VERDICTS)}", str(path), 1)
     near_misses = _names(header.get("near-miss", ""))
     if near_misses and header["expect"] == "equivalent":
-        raise ScalifyError("a `near-miss:` case must expect a verdict other than equivalent",
-                           str(path), 1)
-    return Case(str(path), header, "\n".join(sections["baseline"]),
-                "\n".join(sections["distributed"]), _names(header.get("fires", "")),
-                near_misses)
+        raise ScalifyError(
+            "a `near-miss:` case must expect a verdict other than equivalent", str(path), 1
+        )
+    return Case(
+        str(path),
+        header,
+        "\n".join(sections["baseline"]),
+        "\n".join(sections["distributed"]),
+        _names(header.get("fires", "")),
+        near_misses,
+    )
 
 
 def _names(text: str) -> list[str]:
@@ -88,8 +94,9 @@ def run_case(case: Case, rules: CompiledRuleSet) -> tuple[Report, list[str]]:
     fired = report.stats["rules_fired"]
     problems += [f"rule `{r}` did not fire" for r in case.fires if r not in fired]
     known = {r.name for r in rules.rules}
-    problems += [f"names unknown rule `{r}`" for r in case.fires + case.near_misses
-                 if r not in known]
+    problems += [
+        f"names unknown rule `{r}`" for r in case.fires + case.near_misses if r not in known
+    ]
     wanted = case.header.get("suspect")
     if wanted and (not report.suspects or report.suspects[0].node != wanted):
         got = report.suspects[0].node if report.suspects else "none"

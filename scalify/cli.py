@@ -35,20 +35,28 @@ def build_parser() -> argparse.ArgumentParser:
     verify = commands.add_parser("verify", help="prove a distributed graph equals its baseline")
     verify.add_argument("baseline", help="baseline graph file (HLO text)")
     verify.add_argument("distributed", help="distributed graph file (HLO text)")
-    verify.add_argument("--rules", type=Path, default=None,
-                        help="folder of .srl rule files (default: ./rules or the bundled rules)")
-    verify.add_argument("--mesh", help="device mesh, e.g. tp=8 or dp=2,tp=4 (default: from "
-                        "the graph)")
+    verify.add_argument(
+        "--rules",
+        type=Path,
+        default=None,
+        help="folder of .srl rule files (default: ./rules or the bundled rules)",
+    )
+    verify.add_argument(
+        "--mesh", help="device mesh, e.g. tp=8 or dp=2,tp=4 (default: from the graph)"
+    )
     verify.add_argument("--relations", help="JSON file with input/output layouts")
     verify.add_argument("--format", choices=["text", "json"], default="text")
     verify.add_argument("-o", "--output", help="write the report to this file")
     verify.add_argument("--max-rounds", type=int, default=200, help="saturation round limit")
-    verify.add_argument("--node-limit", type=int, default=2_000_000,
-                        help="e-graph size limit")
+    verify.add_argument("--node-limit", type=int, default=2_000_000, help="e-graph size limit")
+    verify.add_argument(
+        "--no-simulate",
+        action="store_true",
+        help="do not run small graphs numerically to confirm a mismatch",
+    )
 
     rules = commands.add_parser("rules", help="work with rule files")
-    rule_commands = rules.add_subparsers(dest="rules_command", required=True,
-                                         parser_class=_Parser)
+    rule_commands = rules.add_subparsers(dest="rules_command", required=True, parser_class=_Parser)
     lint = rule_commands.add_parser("lint", help="compile rules, check goldens, run cases")
     lint.add_argument("folder", nargs="?", type=Path, default=None)
     lint.add_argument("--bless", action="store_true", help="rewrite golden files")
@@ -61,8 +69,14 @@ def _verify(args: argparse.Namespace) -> int:
     from .report import render
     from .verify import Limits, verify_files
 
-    report = verify_files(args.baseline, args.distributed, args.rules or default_rules_dir(),
-                          args.mesh, args.relations, Limits(args.max_rounds, args.node_limit))
+    report = verify_files(
+        args.baseline,
+        args.distributed,
+        args.rules or default_rules_dir(),
+        args.mesh,
+        args.relations,
+        Limits(args.max_rounds, args.node_limit, not args.no_simulate),
+    )
     text = render(report, args.format)
     if args.output:
         Path(args.output).write_text(text)
@@ -108,9 +122,11 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as err:  # a bug in Scalify, not in the input: say so, without a traceback
         if os.environ.get("SCALIFY_DEBUG") == "1":
             raise
-        print(f"scalify: internal error: {type(err).__name__}: {err}\n"
-              "  this is a bug in Scalify; rerun with SCALIFY_DEBUG=1 for the traceback",
-              file=sys.stderr)
+        print(
+            f"scalify: internal error: {type(err).__name__}: {err}\n"
+            "  this is a bug in Scalify; rerun with SCALIFY_DEBUG=1 for the traceback",
+            file=sys.stderr,
+        )
         return EXIT_BAD_INPUT
 
 

@@ -12,12 +12,29 @@ from dataclasses import dataclass, field
 from typing import Any
 
 ELEMENTWISE_UNARY = frozenset(
-    {"neg", "exp", "log", "tanh", "rsqrt", "sqrt", "abs", "erf", "logistic", "sign", "floor",
-     "ceil", "not", "convert", "exponential_minus_one", "log_plus_one", "cos", "sin"}
+    {
+        "neg",
+        "exp",
+        "log",
+        "tanh",
+        "rsqrt",
+        "sqrt",
+        "abs",
+        "erf",
+        "logistic",
+        "sign",
+        "floor",
+        "ceil",
+        "not",
+        "convert",
+        "exponential_minus_one",
+        "log_plus_one",
+        "cos",
+        "sin",
+    }
 )
 ELEMENTWISE_BINARY = frozenset(
-    {"add", "sub", "mul", "div", "max", "min", "pow", "compare", "and", "or", "xor", "rem",
-     "atan2"}
+    {"add", "sub", "mul", "div", "max", "min", "pow", "compare", "and", "or", "xor", "rem", "atan2"}
 )
 COLLECTIVES = frozenset(
     {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute"}
@@ -27,8 +44,21 @@ CANONICAL_OPS = (
     | ELEMENTWISE_BINARY
     | COLLECTIVES
     | {
-        "parameter", "constant", "select", "clamp", "dot", "reduce", "broadcast", "reshape",
-        "transpose", "slice", "dynamic_slice", "concatenate", "pad", "iota", "rank_index",
+        "parameter",
+        "constant",
+        "select",
+        "clamp",
+        "dot",
+        "reduce",
+        "broadcast",
+        "reshape",
+        "transpose",
+        "slice",
+        "dynamic_slice",
+        "concatenate",
+        "pad",
+        "iota",
+        "rank_index",
         "opaque",
     }
 )

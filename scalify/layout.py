@@ -54,7 +54,9 @@ def parse_layout(text: str, mesh: Mesh, where: str = "") -> Layout:
         if not match:
             raise ScalifyError(
                 f"bad layout {text!r}: expected replicate, shard(DIM, AXIS) or "
-                "partial(sum|max, AXIS)", where)
+                "partial(sum|max, AXIS)",
+                where,
+            )
         kind, arg, axis = match.groups()
         if axis not in mesh.names:
             raise ScalifyError(f"layout {text!r} names axis {axis!r}, not in mesh {mesh}", where)

@@ -60,10 +60,15 @@ def _check_golden(result: LintResult, golden: Path, text: str, bless: bool) -> N
         return
     expected = golden.read_text()
     if expected != normalized:
-        diff = "".join(difflib.unified_diff(expected.splitlines(True), normalized.splitlines(True),
-                                            str(golden), "compiled"))
-        result.fail(f"{golden}: error: compiled egglog differs from the golden file "
-                    f"(SCALIFY_BLESS=1 to accept)\n{diff}")
+        diff = "".join(
+            difflib.unified_diff(
+                expected.splitlines(True), normalized.splitlines(True), str(golden), "compiled"
+            )
+        )
+        result.fail(
+            f"{golden}: error: compiled egglog differs from the golden file "
+            f"(SCALIFY_BLESS=1 to accept)\n{diff}"
+        )
 
 
 def _check_cases(result: LintResult, folder: Path, rule_file: Path, compiled, rules) -> None:
@@ -84,8 +89,12 @@ def _check_cases(result: LintResult, folder: Path, rule_file: Path, compiled, ru
             result.fail(f"{path}: error: {problem}")
     for rule in compiled.rules:
         if rule.name not in covered:
-            result.fail(f"{rule.source}: error: rule `{rule.name}` has no case that must fire "
-                        f"(add one under {folder / 'tests' / rule_file.stem})")
+            result.fail(
+                f"{rule.source}: error: rule `{rule.name}` has no case that must fire "
+                f"(add one under {folder / 'tests' / rule_file.stem})"
+            )
         if rule.name not in tempted:
-            result.fail(f"{rule.source}: error: rule `{rule.name}` has no near-miss case "
-                        "(`# near-miss:`) that must not be proved")
+            result.fail(
+                f"{rule.source}: error: rule `{rule.name}` has no near-miss case "
+                "(`# near-miss:`) that must not be proved"
+            )

@@ -46,8 +46,10 @@ def read_relations_file(path: str) -> RelationsFile:
     except json.JSONDecodeError as err:
         raise ScalifyError(f"not valid JSON: {err.msg}", path, err.lineno, err.colno) from None
     if not isinstance(data, dict) or not isinstance(data.get("inputs", {}), dict):
-        raise ScalifyError('expected an object {"mesh": ..., "inputs": {NAME: LAYOUT}, '
-                           '"outputs": [LAYOUT, ...]}', path)
+        raise ScalifyError(
+            'expected an object {"mesh": ..., "inputs": {NAME: LAYOUT}, "outputs": [LAYOUT, ...]}',
+            path,
+        )
     outputs = data.get("outputs")
     if outputs is not None and not isinstance(outputs, list):
         raise ScalifyError('"outputs" must be a list of layouts, one per output', path)
@@ -65,8 +67,10 @@ def pair_inputs(base: Graph, dist: Graph) -> list[tuple[int, int]]:
             f"the baseline has {len(base.inputs)} inputs and the distributed graph has "
             f"{len(dist.inputs)}; they cannot be paired",
             dist.path,
-            notes=[f"baseline inputs: {', '.join(base_names)}",
-                   f"distributed inputs: {', '.join(dist_names)}"],
+            notes=[
+                f"baseline inputs: {', '.join(base_names)}",
+                f"distributed inputs: {', '.join(dist_names)}",
+            ],
         )
     return list(zip(base.inputs, dist.inputs, strict=True))
 
@@ -99,14 +103,18 @@ def _axes_for_ratio(ratio: int, mesh: Mesh, used: set[str], where: str, dim: int
         )
     raise ScalifyError(
         f"dim {dim} is split {ratio} ways, which matches axes {', '.join(candidates)} of mesh "
-        f"{mesh}; say which in a --relations file", where)
+        f"{mesh}; say which in a --relations file",
+        where,
+    )
 
 
 def _from_shapes(base_shape, dist_shape, mesh: Mesh, where: str) -> Layout:
     if len(base_shape) != len(dist_shape):
         raise ScalifyError(
             f"rank differs: baseline {list(base_shape)} vs distributed {list(dist_shape)}",
-            where, notes=["give its layout in a --relations file"])
+            where,
+            notes=["give its layout in a --relations file"],
+        )
     placements = []
     used: set[str] = set()
     for dim, (b, d) in enumerate(zip(base_shape, dist_shape, strict=True)):
@@ -114,7 +122,8 @@ def _from_shapes(base_shape, dist_shape, mesh: Mesh, where: str) -> Layout:
             continue
         if d == 0 or b % d:
             raise ScalifyError(
-                f"dim {dim}: baseline size {b} is not a multiple of distributed size {d}", where)
+                f"dim {dim}: baseline size {b} is not a multiple of distributed size {d}", where
+            )
         (axis,) = _axes_for_ratio(b // d, mesh, used, where, dim)
         used.add(axis)
         placements.append(Placement("shard", axis, dim=dim))
@@ -124,21 +133,28 @@ def _from_shapes(base_shape, dist_shape, mesh: Mesh, where: str) -> Layout:
 def _check_shape(layout: Layout, base_shape, dist_shape, mesh: Mesh, where: str) -> None:
     for p in layout:
         if p.kind == "shard" and not 0 <= p.dim < len(base_shape):
-            raise ScalifyError(f"{layout_str(layout)}: dim {p.dim} out of range for shape "
-                               f"{list(base_shape)}", where)
+            raise ScalifyError(
+                f"{layout_str(layout)}: dim {p.dim} out of range for shape {list(base_shape)}",
+                where,
+            )
         if p.kind == "shard" and base_shape[p.dim] % mesh.axis_size(p.axis):
             raise ScalifyError(
                 f"mesh axis {p.axis}={mesh.axis_size(p.axis)} does not divide dim {p.dim} "
-                f"(size {base_shape[p.dim]}) of shape {list(base_shape)}", where)
+                f"(size {base_shape[p.dim]}) of shape {list(base_shape)}",
+                where,
+            )
     expected = local_shape(tuple(base_shape), layout, mesh)
     if expected != tuple(dist_shape):
         raise ScalifyError(
             f"layout {layout_str(layout)} gives local shape {list(expected)} but the "
-            f"distributed graph has {list(dist_shape)}", where)
+            f"distributed graph has {list(dist_shape)}",
+            where,
+        )
 
 
-def input_relations(base: Graph, dist: Graph, mesh: Mesh,
-                    given: RelationsFile | None) -> list[Relation]:
+def input_relations(
+    base: Graph, dist: Graph, mesh: Mesh, given: RelationsFile | None
+) -> list[Relation]:
     relations = []
     given_inputs = dict(given.inputs) if given else {}
     for base_id, dist_id in pair_inputs(base, dist):
@@ -157,35 +173,49 @@ def input_relations(base: Graph, dist: Graph, mesh: Mesh,
         _check_shape(layout, b_shape, d_shape, mesh, where)
         relations.append(Relation(dist_id, base_id, name, layout, source))
     if given_inputs:
-        raise ScalifyError(f"relations file names inputs that the distributed graph does not "
-                           f"have: {', '.join(sorted(given_inputs))}", given.path)
+        raise ScalifyError(
+            f"relations file names inputs that the distributed graph does not "
+            f"have: {', '.join(sorted(given_inputs))}",
+            given.path,
+        )
     return relations
 
 
-def output_relations(base: Graph, dist: Graph, mesh: Mesh,
-                     given: RelationsFile | None) -> list[Relation]:
+def output_relations(
+    base: Graph, dist: Graph, mesh: Mesh, given: RelationsFile | None
+) -> list[Relation]:
     """The layout each distributed output must have; replicate unless stated otherwise."""
     if len(base.outputs) != len(dist.outputs):
-        raise ScalifyError(f"the baseline has {len(base.outputs)} outputs and the distributed "
-                           f"graph has {len(dist.outputs)}", dist.path)
+        raise ScalifyError(
+            f"the baseline has {len(base.outputs)} outputs and the distributed "
+            f"graph has {len(dist.outputs)}",
+            dist.path,
+        )
     relations = []
     for index, (base_id, dist_id) in enumerate(zip(base.outputs, dist.outputs, strict=True)):
         where = f"{dist.path}: output {index}"
         b_shape, d_shape = base.node(base_id).shape, dist.node(dist_id).shape
         if given and given.outputs is not None:
             if index >= len(given.outputs):
-                raise ScalifyError(f"relations file gives {len(given.outputs)} output layouts "
-                                   f"but there are {len(dist.outputs)} outputs", given.path)
-            layout, source = parse_layout(given.outputs[index], mesh, given.path), \
-                "relations file"
+                raise ScalifyError(
+                    f"relations file gives {len(given.outputs)} output layouts "
+                    f"but there are {len(dist.outputs)} outputs",
+                    given.path,
+                )
+            layout, source = parse_layout(given.outputs[index], mesh, given.path), "relations file"
         elif dist_id in dist.output_shardings:
-            layout, source = _from_tiles(dist.output_shardings[dist_id], mesh, where), \
-                "annotation"
+            layout, source = _from_tiles(dist.output_shardings[dist_id], mesh, where), "annotation"
         else:
             layout, source = _from_shapes(b_shape, d_shape, mesh, where), "inferred from shapes"
         relations.append(Relation(dist_id, base_id, f"output {index}", layout, source))
     return relations
 
 
-__all__ = ["REPLICATE", "Relation", "input_relations", "output_relations", "pair_inputs",
-           "read_relations_file"]
+__all__ = [
+    "REPLICATE",
+    "Relation",
+    "input_relations",
+    "output_relations",
+    "pair_inputs",
+    "read_relations_file",
+]

@@ -29,12 +29,14 @@ from .relations import (
     read_relations_file,
 )
 from .report.model import EQUIVALENT, NOT_EQUIVALENT, UNKNOWN, OutputResult, Report, Suspect
+from .simulate import NotSimulable, simulate
 
 
 @dataclass
 class Limits:
     max_rounds: int = 200
     node_limit: int = 2_000_000
+    simulate: bool = True
 
 
 def choose_mesh(text: str | None, dist: Graph, given: RelationsFile | None) -> Mesh:
@@ -47,13 +49,22 @@ def choose_mesh(text: str | None, dist: Graph, given: RelationsFile | None) -> M
         return parse_mesh(",".join(f"{k}={v}" for k, v in dist.mesh_hint.items()))
     if dist.num_partitions and dist.num_partitions > 1:
         return parse_mesh(f"tp={dist.num_partitions}")
-    raise ScalifyError("the distributed graph does not say its mesh; pass --mesh, e.g. "
-                       "--mesh tp=8 or --mesh dp=2,tp=4", dist.path)
+    raise ScalifyError(
+        "the distributed graph does not say its mesh; pass --mesh, e.g. "
+        "--mesh tp=8 or --mesh dp=2,tp=4",
+        dist.path,
+    )
 
 
-def verify_graphs(base: Graph, dist: Graph, rules: CompiledRuleSet, mesh: Mesh,
-                  given: RelationsFile | None = None, limits: Limits | None = None,
-                  timings: dict[str, float] | None = None) -> Report:
+def verify_graphs(
+    base: Graph,
+    dist: Graph,
+    rules: CompiledRuleSet,
+    mesh: Mesh,
+    given: RelationsFile | None = None,
+    limits: Limits | None = None,
+    timings: dict[str, float] | None = None,
+) -> Report:
     limits = limits or Limits()
     timings = dict(timings or {})
     inputs = input_relations(base, dist, mesh, given)
@@ -67,8 +78,7 @@ def verify_graphs(base: Graph, dist: Graph, rules: CompiledRuleSet, mesh: Mesh,
     commands += GraphEncoder(base, "b", mesh, signatures).commands()
     commands += GraphEncoder(dist, "d", mesh, signatures).commands()
     commands += signature_facts(signatures)
-    commands += [f"(union $d{r.dist_id} {layout_term(f'$b{r.base_id}', r.layout)})"
-                 for r in inputs]
+    commands += [f"(union $d{r.dist_id} {layout_term(f'$b{r.base_id}', r.layout)})" for r in inputs]
     session.feed(commands)
     timings["build"] = time.perf_counter() - start
 
@@ -81,21 +91,28 @@ def verify_graphs(base: Graph, dist: Graph, rules: CompiledRuleSet, mesh: Mesh,
     results, suspects, definite = _decide(base, dist, mesh, outputs, proven)
     timings["localise"] = time.perf_counter() - start
 
+    notes = []
+    counterexample = ""
     if all(r.ok for r in results):
         verdict = EQUIVALENT
-    elif definite and not stats.limit:
-        verdict = NOT_EQUIVALENT
     else:
-        verdict = UNKNOWN
-    notes = []
+        start = time.perf_counter()
+        verdict, counterexample, note = _refine(
+            base, dist, mesh, inputs, outputs, definite and not stats.limit, limits
+        )
+        timings["simulate"] = time.perf_counter() - start
+        if note:
+            notes.append(note)
     if stats.limit:
         notes.append(f"saturation stopped early: {stats.limit}; the verdict may be incomplete")
     opaque = sorted({n.attrs.get("hlo_op", "?") for g in (base, dist) for n in g.opaque_nodes()})
     if opaque:
         notes.append(f"opaque ops (no semantics, matched only to themselves): {', '.join(opaque)}")
     if verdict == UNKNOWN and not stats.limit:
-        notes.append("no known bug pattern explains the mismatch: a rule may be missing "
-                     "(see docs/how-to/write-a-rule.md)")
+        notes.append(
+            "not proved, and no counterexample: a rule may be missing "
+            "(see docs/how-to/write-a-rule.md)"
+        )
     fired = {name: n for name, n in stats.rule_matches.items() if n}
     return Report(
         verdict=verdict,
@@ -104,8 +121,10 @@ def verify_graphs(base: Graph, dist: Graph, rules: CompiledRuleSet, mesh: Mesh,
         mesh=str(mesh),
         outputs=results,
         suspects=suspects,
-        relations={"inputs": [r.describe() for r in inputs],
-                   "outputs": [r.describe() for r in outputs]},
+        relations={
+            "inputs": [r.describe() for r in inputs],
+            "outputs": [r.describe() for r in outputs],
+        },
         stats={
             "seconds": {k: round(v, 4) for k, v in timings.items()},
             "baseline_nodes": len(base.nodes),
@@ -118,7 +137,35 @@ def verify_graphs(base: Graph, dist: Graph, rules: CompiledRuleSet, mesh: Mesh,
             "memo_hits": 0,
         },
         notes=notes,
+        counterexample=counterexample,
     )
+
+
+def _refine(base, dist, mesh, inputs, outputs, definite: bool, limits: Limits):
+    """Tell a real bug from a gap in the rules: run both graphs on random inputs.
+
+    Returns (verdict, counterexample, note). Without a simulation, a known bug pattern at
+    the frontier still counts as not equivalent.
+    """
+    if limits.simulate:
+        try:
+            for seed in range(2):
+                mismatch = simulate(base, dist, mesh, inputs, outputs, seed=seed)
+                if mismatch:
+                    return NOT_EQUIVALENT, mismatch.describe() + f" (seed {seed})", ""
+            return (
+                UNKNOWN,
+                "",
+                (
+                    "both graphs agree numerically on random inputs (2 seeds): the "
+                    "distributed graph is probably right and a rule is missing"
+                ),
+            )
+        except NotSimulable as why:
+            reason = f"no numeric check: {why}"
+    else:
+        reason = ""
+    return (NOT_EQUIVALENT if definite else UNKNOWN), "", reason
 
 
 def _decide(base: Graph, dist: Graph, mesh: Mesh, outputs: list[Relation], proven):
@@ -128,12 +175,22 @@ def _decide(base: Graph, dist: Graph, mesh: Mesh, outputs: list[Relation], prove
         layouts = [lay for lay, b in proven.get(rel.dist_id, ()) if b == rel.base_id]
         want = canonical(rel.layout)
         ok = any(canonical(lay) == want for lay in layouts)
-        shape_ok = local_shape(base.node(rel.base_id).shape, rel.layout, mesh) == \
-            dist.node(rel.dist_id).shape
-        proven_text = " | ".join(sorted({layout_str(canonical(lay)) for lay in layouts})) \
-            or "unrelated"
-        results.append(OutputResult(index, dist.node(rel.dist_id).name,
-                                    layout_str(rel.layout), proven_text, ok and shape_ok))
+        shape_ok = (
+            local_shape(base.node(rel.base_id).shape, rel.layout, mesh)
+            == dist.node(rel.dist_id).shape
+        )
+        proven_text = (
+            " | ".join(sorted({layout_str(canonical(lay)) for lay in layouts})) or "unrelated"
+        )
+        results.append(
+            OutputResult(
+                index,
+                dist.node(rel.dist_id).name,
+                layout_str(rel.layout),
+                proven_text,
+                ok and shape_ok,
+            )
+        )
         if not (ok and shape_ok):
             failing.append((rel, layouts))
     if not failing:
@@ -163,8 +220,14 @@ def _suspect(node, reason: str, operands: list[str]) -> Suspect:
     )
 
 
-def verify_files(baseline: str, distributed: str, rules_dir: str | Path, mesh: str | None = None,
-                 relations: str | None = None, limits: Limits | None = None) -> Report:
+def verify_files(
+    baseline: str,
+    distributed: str,
+    rules_dir: str | Path,
+    mesh: str | None = None,
+    relations: str | None = None,
+    limits: Limits | None = None,
+) -> Report:
     timings: dict[str, float] = {}
     start = time.perf_counter()
     rules = compile_rule_dir(rules_dir)

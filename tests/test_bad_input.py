@@ -39,7 +39,8 @@ def test_unknown_op_in_rule(cli, tmp_path):
     rules = tmp_path / "rules"
     rules.mkdir()
     (rules / "core.srl").write_text(
-        "# frob is not an op\nrule r:\n  match frob(X)\n  rewrite frob(X) == X\n")
+        "# frob is not an op\nrule r:\n  match frob(X)\n  rewrite frob(X) == X\n"
+    )
     result = cli("verify", BASE, DIST, "--rules", str(rules))
     assert_clean_error(result, "core.srl:3:9: error: unknown op `frob`", "^")
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 from scalify.compiler.compile import compile_texts
+
 from scalify.errors import ScalifyError
 
 GOOD = """\
@@ -43,24 +43,50 @@ def test_good_rule_lowers_to_an_egglog_rule():
     [
         ("rule r:\n  match dot(X,\n", "r.srl:2:15", "unexpected end of file"),
         ("rule r:\n  match dot(X, W) where X @ 1\n", "r.srl:2:27", "unexpected '@'"),
-        ("rule r:\n  match frob(X)\n  rewrite frob(X) == X\n", "r.srl:2:9",
-         "unknown op `frob`"),
-        ("rule r:\n  match dot(X)\n  rewrite dot(X) == X\n", "r.srl:2:9",
-         "`dot` takes 2 operands, found 1"),
-        ("rule r:\n  match neg(X)\n  where X ~ x @ shard(d, a)\n"
-         "  rewrite neg(X) ~ neg(y) @ shard(d, a)\n", "r.srl:4:24", "unbound variable `y`"),
-        ("rule r:\n  match X ~ x @ replicate\n  rewrite neg(X) == X\n", "r.srl:2:9",
-         "`match` takes one op pattern"),
-        ("rule r:\n  match neg(X)\n  rewrite X ~ x @ shard(d, a)\n", "r.srl:3:11",
-         "must repeat the matched term"),
-        ("rule r:\n  match neg(X)\n  where X ~ x @ spread(a)\n  rewrite neg(X) ~ neg(x) @ "
-         "replicate\n", "r.srl:3:17", "expected a layout"),
-        ("rule r:\n  match f(X)\n  where f in nothing\n  rewrite f(X) == X\n", "r.srl:3:9",
-         "unknown op family `nothing`"),
-        ("rule r:\n  match all_reduce[dims=a](X)\n  rewrite all_reduce[dims=a](X) == X\n",
-         "r.srl:2:9", "has no attribute `dims`"),
-        ("rule r:\n  match neg(X)\n  where X ~ x @ shard(d, a)\n  rewrite neg(X) ~ neg(x) @ "
-         "shard(outdim(3, d), a)\n", "r.srl:4:42", "operand index 0..0"),
+        ("rule r:\n  match frob(X)\n  rewrite frob(X) == X\n", "r.srl:2:9", "unknown op `frob`"),
+        (
+            "rule r:\n  match dot(X)\n  rewrite dot(X) == X\n",
+            "r.srl:2:9",
+            "`dot` takes 2 operands, found 1",
+        ),
+        (
+            "rule r:\n  match neg(X)\n  where X ~ x @ shard(d, a)\n"
+            "  rewrite neg(X) ~ neg(y) @ shard(d, a)\n",
+            "r.srl:4:24",
+            "unbound variable `y`",
+        ),
+        (
+            "rule r:\n  match X ~ x @ replicate\n  rewrite neg(X) == X\n",
+            "r.srl:2:9",
+            "`match` takes one op pattern",
+        ),
+        (
+            "rule r:\n  match neg(X)\n  rewrite X ~ x @ shard(d, a)\n",
+            "r.srl:3:11",
+            "must repeat the matched term",
+        ),
+        (
+            "rule r:\n  match neg(X)\n  where X ~ x @ spread(a)\n  rewrite neg(X) ~ neg(x) @ "
+            "replicate\n",
+            "r.srl:3:17",
+            "expected a layout",
+        ),
+        (
+            "rule r:\n  match f(X)\n  where f in nothing\n  rewrite f(X) == X\n",
+            "r.srl:3:9",
+            "unknown op family `nothing`",
+        ),
+        (
+            "rule r:\n  match all_reduce[dims=a](X)\n  rewrite all_reduce[dims=a](X) == X\n",
+            "r.srl:2:9",
+            "has no attribute `dims`",
+        ),
+        (
+            "rule r:\n  match neg(X)\n  where X ~ x @ shard(d, a)\n  rewrite neg(X) ~ neg(x) @ "
+            "shard(outdim(3, d), a)\n",
+            "r.srl:4:42",
+            "operand index 0..0",
+        ),
     ],
 )
 def test_errors_point_at_the_problem(text, where, message):
@@ -80,15 +106,16 @@ def test_duplicate_rule_names_are_refused():
 
 
 def test_shadowed_rule_is_refused():
-    copy = GOOD.replace("rule ew:", "rule ew_again:").replace("family elementwise = add, mul\n",
-                                                              "")
+    copy = GOOD.replace("rule ew:", "rule ew_again:").replace("family elementwise = add, mul\n", "")
     error = compile_error(GOOD + "\n" + copy)
     assert "shadowed by `ew`" in error.message
 
 
 def test_families_are_shared_across_files():
-    other = ("# neg of a shard\nrule n:\n  match f(X)\n  where f in elementwise\n"
-             "          X ~ x @ shard(d, a)\n  rewrite f(X) ~ f(x) @ shard(d, a)\n")
+    other = (
+        "# neg of a shard\nrule n:\n  match f(X)\n  where f in elementwise\n"
+        "          X ~ x @ shard(d, a)\n  rewrite f(X) ~ f(x) @ shard(d, a)\n"
+    )
     core = GOOD.replace("add, mul", "add, mul, neg")
     rules = compile_texts([("core.srl", core), ("tp.srl", other)])
     assert [r.name for r in rules.rules] == ["ew", "n"]

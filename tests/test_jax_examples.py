@@ -23,9 +23,23 @@ def exported(request, tmp_path_factory):
     dp, tp = request.param
     out = tmp_path_factory.mktemp(f"mlp_dp{dp}_tp{tp}")
     subprocess.run(
-        [sys.executable, str(MLP / "export.py"), "--out", str(out), "--dp", str(dp),
-         "--tp", str(tp), "--hidden", "32", "--ffn", "64"],
-        check=True, cwd=REPO, capture_output=True,
+        [
+            sys.executable,
+            str(MLP / "export.py"),
+            "--out",
+            str(out),
+            "--dp",
+            str(dp),
+            "--tp",
+            str(tp),
+            "--hidden",
+            "32",
+            "--ffn",
+            "64",
+        ],
+        check=True,
+        cwd=REPO,
+        capture_output=True,
     )
     return dp, tp, out
 
@@ -43,8 +57,9 @@ def test_correct_variant_verifies(cli, exported):
 @pytest.mark.parametrize("bug", ["bias_before_allreduce", "double_allreduce"])
 def test_bugs_are_caught_at_every_degree(cli, exported, bug):
     _, tp, out = exported
-    result = cli("verify", str(out / "baseline.hlo"), str(out / f"tp_{bug}.hlo"),
-                 "--format", "json")
+    result = cli(
+        "verify", str(out / "baseline.hlo"), str(out / f"tp_{bug}.hlo"), "--format", "json"
+    )
     report = json.loads(result.out)
     assert result.code == 1
     first = report["suspects"][0]

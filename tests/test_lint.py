@@ -47,9 +47,11 @@ def test_bless_rewrites_goldens(cli, tmp_path, monkeypatch):
 
 def test_rule_without_a_case_is_reported(cli, tmp_path):
     rules = copy_rules(tmp_path)
-    extra = ("\n# -(x[blk]) == (-x)[blk], stated twice\nrule neg_shard_again:\n"
-             "  match   neg(X)\n  where   X ~ x @ shard(d, a)\n"
-             "  rewrite neg(X) ~ neg(x) @ shard(d, a)\n")
+    extra = (
+        "\n# -(x[blk]) == (-x)[blk], stated twice\nrule neg_shard_again:\n"
+        "  match   neg(X)\n  where   X ~ x @ shard(d, a)\n"
+        "  rewrite neg(X) ~ neg(x) @ shard(d, a)\n"
+    )
     (rules / "tp.srl").write_text((rules / "tp.srl").read_text() + extra)
     result = cli("rules", "lint", "--bless", str(rules))
     assert "rule `neg_shard_again` has no case that must fire" in result.out

@@ -75,9 +75,15 @@ def test_wrong_but_consistent_relations_are_not_proved(cli, tmp_path):
     relations = tmp_path / "rel.json"
     # b1 is really sharded on tp; claiming it replicated is inconsistent with its local shape,
     # so use the mesh swap instead: dp and tp exchanged make every shard land on wrong devices.
-    relations.write_text(json.dumps({"mesh": "dp=2,tp=4",
-                                     "inputs": {"w1": "shard(1, tp)", "w2": "shard(0, tp)"},
-                                     "outputs": ["replicate"]}))
+    relations.write_text(
+        json.dumps(
+            {
+                "mesh": "dp=2,tp=4",
+                "inputs": {"w1": "shard(1, tp)", "w2": "shard(0, tp)"},
+                "outputs": ["replicate"],
+            }
+        )
+    )
     result = cli("verify", BASE, str(HLO / "tp.hlo"), "--relations", str(relations))
     assert result.code == 1
     assert "required replicate" in result.out

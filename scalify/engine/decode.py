@@ -18,11 +18,19 @@ def proven_relations(session: EGraphSession) -> dict[int, set[tuple[Layout, int]
         layouts[row.output] = ("nil",)
     pending = {}
     for row in functions["LShard"].rows:
-        pending[row.output] = ("shard", session.i64(row.inputs[0]),
-                               session.string(row.inputs[1]), row.inputs[2])
+        pending[row.output] = (
+            "shard",
+            session.i64(row.inputs[0]),
+            session.string(row.inputs[1]),
+            row.inputs[2],
+        )
     for row in functions["LPartial"].rows:
-        pending[row.output] = ("partial", session.string(row.inputs[0]),
-                               session.string(row.inputs[1]), row.inputs[2])
+        pending[row.output] = (
+            "partial",
+            session.string(row.inputs[0]),
+            session.string(row.inputs[1]),
+            row.inputs[2],
+        )
 
     def decode(value, depth: int = 0) -> Layout:
         if value in layouts and layouts[value] == ("nil",):

@@ -67,7 +67,9 @@ class EGraphSession:
                 break
         else:
             stats.limit = f"round limit {max_rounds} reached"
-        self.egraph.run_program(*self.egraph.parse_program("(run-schedule (saturate (run analysis)))"))
+        self.egraph.run_program(
+            *self.egraph.parse_program("(run-schedule (saturate (run analysis)))")
+        )
         return stats
 
     def table(self, name: str):

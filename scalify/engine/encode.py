@@ -36,16 +36,21 @@ def shape_free_nodes(graph: Graph) -> set[int]:
     users = graph.users()
     outputs = set(graph.outputs)
     free = {
-        n.id for n in graph.nodes.values()
-        if n.op == "broadcast" and n.id not in outputs and users[n.id]
+        n.id
+        for n in graph.nodes.values()
+        if n.op == "broadcast"
+        and n.id not in outputs
+        and users[n.id]
         and all(graph.node(u).op in ELEMENTWISE for u in users[n.id])
     }
     while True:
         anchored = _anchored(graph, free)
         lost = {
-            n for n in free
-            if any(not any(o != n and o in anchored for o in graph.node(u).operands)
-                   for u in users[n])
+            n
+            for n in free
+            if any(
+                not any(o != n and o in anchored for o in graph.node(u).operands) for u in users[n]
+            )
         }
         if not lost:
             return free
@@ -85,8 +90,10 @@ class GraphEncoder:
             return f"(Input {egg_string(label)} {egg_string(node.dtype)})"
         if node.op == "constant":
             shape = ",".join(map(str, node.shape))
-            return (f"(Const {egg_string(str(node.attrs.get('value')))} "
-                    f"{egg_string(node.dtype)} {egg_string(shape)})")
+            return (
+                f"(Const {egg_string(str(node.attrs.get('value')))} "
+                f"{egg_string(node.dtype)} {egg_string(shape)})"
+            )
         shape_free = node.id in self.shape_free
         if shape_free and _is_scalar_fill(node, self.graph):
             literal = self.graph.node(node.operands[0]).attrs.get("value", "?")
@@ -125,8 +132,8 @@ def signature_facts(signatures: dict[str, Signature]) -> list[str]:
         k = egg_string(key)
         facts += [f"(set (OutDim {k} {o} {d}) {e})" for (o, d), e in sig.out_dims.items()]
         facts += [f"(set (InDim {k} {o} {e}) {d})" for (o, e), d in sig.in_dims.items()]
-        facts += [f"(set (AttrS {k} \"{n}\") {egg_string(v)})" for n, v in sig.attrs_s.items()]
-        facts += [f"(set (AttrI {k} \"{n}\") {v})" for n, v in sig.attrs_i.items()]
+        facts += [f'(set (AttrS {k} "{n}") {egg_string(v)})' for n, v in sig.attrs_s.items()]
+        facts += [f'(set (AttrI {k} "{n}") {v})' for n, v in sig.attrs_i.items()]
     return facts
 
 

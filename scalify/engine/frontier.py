@@ -42,8 +42,12 @@ def describe(node_id: int, dist: Graph, base: Graph, proven: Proven) -> str:
     if node_id not in proven:
         kind = "a literal" if _is_literal(node, dist) else "unrelated to the baseline"
         return f"`{node.name}` is {kind}"
-    parts = sorted({f"{layout_str(canonical(lay))} of baseline `{base.node(b).name}`"
-                    for lay, b in proven[node_id]})
+    parts = sorted(
+        {
+            f"{layout_str(canonical(lay))} of baseline `{base.node(b).name}`"
+            for lay, b in proven[node_id]
+        }
+    )
     return f"`{node.name}` is " + " | ".join(parts[:3])
 
 
@@ -60,48 +64,73 @@ def _explain(node: Node, dist: Graph, proven: Proven, mesh: Mesh) -> tuple[str, 
     if node.op in COLLECTIVES and node.op != "collective_permute":
         axes = collective_axes(node, mesh)
         if axes.startswith("groups"):
-            expected = "; ".join(
-                f"{a}: {_groups_text(mesh.groups((a,)))}" for a in mesh.names
+            expected = "; ".join(f"{a}: {_groups_text(mesh.groups((a,)))}" for a in mesh.names)
+            return (
+                f"{node.op} over replica groups {axes[6:]}, which are not the groups of any "
+                f"mesh axis ({expected}): the reduction runs over the wrong devices",
+                True,
             )
-            return (f"{node.op} over replica groups {axes[6:]}, which are not the groups of any "
-                    f"mesh axis ({expected}): the reduction runs over the wrong devices", True)
         partial = _partial_axes(operand_layouts[0])
         if node.op in ("all_reduce", "reduce_scatter"):
             if not partial and operand_layouts[0]:
                 scale = 1
                 for a in axes.split(","):
                     scale *= mesh.axis_size(a)
-                return (f"{node.op} over {axes} of a value that is already complete on every "
-                        f"device ({layout_str(operand_layouts[0][0])}): the result is "
-                        f"{scale}x too large; is the reduction applied twice?", True)
+                return (
+                    f"{node.op} over {axes} of a value that is already complete on every "
+                    f"device ({layout_str(operand_layouts[0][0])}): the result is "
+                    f"{scale}x too large; is the reduction applied twice?",
+                    True,
+                )
             if partial and axes not in partial:
-                return (f"{node.op} over {axes}, but its operand is a partial sum over "
-                        f"{', '.join(sorted(partial))}: the reduction runs over the wrong "
-                        "devices", True)
-        return (f"{node.op} over {axes} does not match its operand's layout "
-                f"({_layouts_text(operand_layouts[0])})", False)
+                return (
+                    f"{node.op} over {axes}, but its operand is a partial sum over "
+                    f"{', '.join(sorted(partial))}: the reduction runs over the wrong "
+                    "devices",
+                    True,
+                )
+        return (
+            f"{node.op} over {axes} does not match its operand's layout "
+            f"({_layouts_text(operand_layouts[0])})",
+            False,
+        )
     if node.op in ("add", "sub"):
         kinds = [bool(_partial_axes(lays)) for lays in operand_layouts]
         if any(kinds) and not all(kinds):
             axis = sorted(_partial_axes(operand_layouts[kinds.index(True)]))[0]
-            return (f"{node.op} of a partial sum over {axis} and a complete value: the complete "
-                    f"value is counted {mesh.axis_size(axis)} times once the partial sum is "
-                    f"reduced (a bias added before the all-reduce, or an all-reduce over {axis} "
-                    "missing before this op)", True)
+            return (
+                f"{node.op} of a partial sum over {axis} and a complete value: the complete "
+                f"value is counted {mesh.axis_size(axis)} times once the partial sum is "
+                f"reduced (a bias added before the all-reduce, or an all-reduce over {axis} "
+                "missing before this op)",
+                True,
+            )
     if node.op == "convert":
-        return (f"convert to {node.dtype}: the baseline computes no such conversion here "
-                "(the two pipelines use different precisions)", True)
+        return (
+            f"convert to {node.dtype}: the baseline computes no such conversion here "
+            "(the two pipelines use different precisions)",
+            True,
+        )
     if node.op in ELEMENTWISE and len(node.operands) > 1:
         texts = {_layouts_text(lays) for lays in operand_layouts if lays}
         if len(texts) > 1:
-            return (f"elementwise {node.op} of operands related to the baseline by different "
-                    f"layouts: {' vs '.join(sorted(texts))}", True)
+            return (
+                f"elementwise {node.op} of operands related to the baseline by different "
+                f"layouts: {' vs '.join(sorted(texts))}",
+                True,
+            )
     if node.op == "opaque":
-        return (f"opaque op `{node.attrs.get('hlo_op', '?')}`: Scalify has no semantics for "
-                "it, so it only matches the identical baseline op on identical operands", False)
+        return (
+            f"opaque op `{node.attrs.get('hlo_op', '?')}`: Scalify has no semantics for "
+            "it, so it only matches the identical baseline op on identical operands",
+            False,
+        )
     operands = ", ".join(_layouts_text(lays) for lays in operand_layouts)
-    return (f"no rule relates {node.op}({operands}) to a node of the baseline: the baseline "
-            "computes no such value, or a rule is missing", False)
+    return (
+        f"no rule relates {node.op}({operands}) to a node of the baseline: the baseline "
+        "computes no such value, or a rule is missing",
+        False,
+    )
 
 
 def _groups_text(groups) -> str:

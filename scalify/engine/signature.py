@@ -100,9 +100,12 @@ def node_signature(
         sig.attrs_s["from_class"] = dtype_class(operands[0].dtype)
         parts.append("from=" + operands[0].dtype)
     if node.op == "dot":
-        parts += [f"lb={_ints(a.get('lhs_batch', ()))}", f"rb={_ints(a.get('rhs_batch', ()))}",
-                  f"lc={_ints(a.get('lhs_contracting', ()))}",
-                  f"rc={_ints(a.get('rhs_contracting', ()))}"]
+        parts += [
+            f"lb={_ints(a.get('lhs_batch', ()))}",
+            f"rb={_ints(a.get('rhs_batch', ()))}",
+            f"lc={_ints(a.get('lhs_contracting', ()))}",
+            f"rc={_ints(a.get('rhs_contracting', ()))}",
+        ]
     elif node.op == "reduce":
         parts += [f"dims={_ints(a['dims'])}", f"op={a['op']}"]
         sig.attrs_s["op"] = a["op"]
@@ -160,8 +163,11 @@ def collective_axes(node: Node, mesh: Mesh) -> str:
 
 def _collective(node: Node, mesh: Mesh, parts: list[str], sig: Signature) -> None:
     a = node.attrs
-    axes = collective_axes(node, mesh) if node.op != "collective_permute" else \
-        "pairs=" + _ints(f"{s}>{t}" for s, t in a.get("pairs", ()))
+    axes = (
+        collective_axes(node, mesh)
+        if node.op != "collective_permute"
+        else "pairs=" + _ints(f"{s}>{t}" for s, t in a.get("pairs", ()))
+    )
     sig.attrs_s["axes"] = axes
     parts.append(f"axes={axes}")
     if "op" in a:

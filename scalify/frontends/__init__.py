@@ -22,5 +22,10 @@ def load_graph(path: str) -> Graph:
         from .hlo import parse_hlo
 
         return canonicalize(parse_hlo(text, path))
-    raise ScalifyError("unrecognised graph file: expected HLO text starting with `HloModule`",
-                       path, 1, 1, text.splitlines()[0] if text.strip() else "")
+    raise ScalifyError(
+        "unrecognised graph file: expected HLO text starting with `HloModule`",
+        path,
+        1,
+        1,
+        text.splitlines()[0] if text.strip() else "",
+    )

@@ -42,6 +42,7 @@ class Report:
     relations: dict[str, list[str]]
     stats: dict[str, Any]
     notes: list[str] = field(default_factory=list)
+    counterexample: str = ""
 
     @property
     def exit_code(self) -> int:

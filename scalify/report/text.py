@@ -10,8 +10,10 @@ def render_text(report: Report) -> str:
     lines.append("outputs:")
     for out in report.outputs:
         mark = "ok" if out.ok else "NOT PROVED"
-        lines.append(f"  [{mark}] output {out.index} ({out.node}): proven {out.proven}; "
-                     f"required {out.expected}")
+        lines.append(
+            f"  [{mark}] output {out.index} ({out.node}): proven {out.proven}; "
+            f"required {out.expected}"
+        )
     lines.append("input relations used:")
     lines += [f"  {r}" for r in report.relations["inputs"]]
     lines.append("output relations required:")
@@ -25,9 +27,13 @@ def render_text(report: Report) -> str:
             lines.append(f"     {s.reason}")
             for operand in s.operands:
                 lines.append(f"     operand {operand}")
+    if report.counterexample:
+        lines.append(f"counterexample: {report.counterexample}")
     lines += [f"note: {n}" for n in report.notes]
     st = report.stats
     secs = ", ".join(f"{k} {v:.3f}s" for k, v in st["seconds"].items())
-    lines.append(f"stats: {st['baseline_nodes']} baseline + {st['distributed_nodes']} distributed "
-                 f"nodes, e-graph {st['egraph_nodes']} nodes, {st['rounds']} rounds; {secs}")
+    lines.append(
+        f"stats: {st['baseline_nodes']} baseline + {st['distributed_nodes']} distributed "
+        f"nodes, e-graph {st['egraph_nodes']} nodes, {st['rounds']} rounds; {secs}"
+    )
     return "\n".join(lines) + "\n"

@@ -1,0 +1,276 @@
+"""Numeric SPMD simulation: run the baseline once and the distributed graph on every device
+of a simulated mesh with real collective semantics, then compare under the output relations.
+
+This is the ground truth the rules are checked against. It expands per device and per
+element, so it only runs on small shapes; the verifier itself never does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from scalify.ir import Graph, Node
+from scalify.layout import Layout, Placement
+from scalify.mesh import Mesh
+from scalify.relations import Relation
+
+from .kernels import IDENTITY, REDUCERS, NotSimulable, apply, host
+
+MAX_ELEMENTS = 2_000_000
+
+
+def device_coords(mesh: Mesh, device: int) -> dict[str, int]:
+    coords = {}
+    for name, size in reversed(mesh.axes):
+        coords[name] = device % size
+        device //= size
+    return coords
+
+
+def random_input(node: Node, rng: np.random.Generator) -> np.ndarray:
+    if node.dtype == "pred":
+        return rng.random(node.shape) < 0.5
+    if node.dtype.startswith(("f", "bf")):
+        return rng.standard_normal(node.shape)
+    return host(rng.integers(-4, 5, size=node.shape), node.dtype)
+
+
+def _block(value: np.ndarray, dim: int, index: int, count: int) -> np.ndarray:
+    size = value.shape[dim] // count
+    return np.take(value, range(index * size, (index + 1) * size), axis=dim)
+
+
+def distribute(
+    value: np.ndarray, layout: Layout, mesh: Mesh, rng: np.random.Generator
+) -> list[np.ndarray]:
+    """Per-device values that relate to `value` by `layout` (first placement innermost)."""
+    per_device = [value] * mesh.size
+    for p in layout:
+        if p.kind == "shard":
+            size = mesh.axis_size(p.axis)
+            per_device = [
+                _block(v, p.dim, device_coords(mesh, d)[p.axis], size)
+                for d, v in enumerate(per_device)
+            ]
+        else:
+            per_device = _split_partial(per_device, p, mesh, rng)
+    return per_device
+
+
+def _split_partial(per_device, p: Placement, mesh: Mesh, rng) -> list[np.ndarray]:
+    result = list(per_device)
+    for group in mesh.groups((p.axis,)):
+        whole = per_device[group[0]]
+        if p.op == "sum":
+            parts = [rng.standard_normal(whole.shape) for _ in group[:-1]]
+            parts.append(whole - sum(parts))
+        else:
+            sign = 1.0 if p.op == "max" else -1.0
+            keeper = int(rng.integers(len(group)))
+            parts = [
+                whole if k == keeper else whole - sign * np.abs(rng.standard_normal(whole.shape))
+                for k in range(len(group))
+            ]
+        for device, part in zip(group, parts, strict=True):
+            result[device] = part
+    return result
+
+
+def _groups(node: Node, mesh: Mesh) -> list[tuple[int, ...]]:
+    groups = [tuple(g) for g in node.attrs.get("groups", ())]
+    return groups or [tuple(range(mesh.size))]
+
+
+def _collective(node: Node, values: list[np.ndarray], mesh: Mesh) -> list[np.ndarray]:
+    out: list[np.ndarray | None] = [None] * mesh.size
+    a = node.attrs
+    if node.op == "collective_permute":
+        for device in range(mesh.size):
+            out[device] = np.zeros_like(values[device])
+        for source, target in a.get("pairs", ()):
+            out[target] = values[source]
+        return out
+    for group in _groups(node, mesh):
+        members = [values[d] for d in group]
+        if node.op == "all_reduce":
+            total = REDUCERS[a["op"]].reduce(np.stack(members), axis=0)
+            for d in group:
+                out[d] = total
+        elif node.op == "all_gather":
+            whole = np.concatenate(members, axis=int(a["dim"]))
+            for d in group:
+                out[d] = whole
+        elif node.op == "reduce_scatter":
+            total = REDUCERS[a["op"]].reduce(np.stack(members), axis=0)
+            for k, d in enumerate(group):
+                out[d] = _block(total, int(a["dim"]), k, len(group))
+        elif node.op == "all_to_all":
+            split = int(a.get("split_dim", a.get("dim", 0)))
+            concat = int(a.get("concat_dim", a.get("dim", 0)))
+            n = len(group)
+            for k, d in enumerate(group):
+                out[d] = np.concatenate([_block(m, split, k, n) for m in members], axis=concat)
+        else:
+            raise NotSimulable(f"collective `{node.op}`")
+    if any(v is None for v in out):
+        raise NotSimulable(f"{node.op} replica groups do not cover every device")
+    return out
+
+
+def run_baseline(graph: Graph, inputs: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
+    values: dict[int, np.ndarray] = dict(inputs)
+    for node in graph.nodes.values():
+        if node.id in values:
+            continue
+        if node.op in (
+            "all_reduce",
+            "all_gather",
+            "reduce_scatter",
+            "all_to_all",
+            "collective_permute",
+            "rank_index",
+        ):
+            raise NotSimulable(f"baseline has a distributed op `{node.op}`")
+        values[node.id] = apply(
+            node, [values[o] for o in node.operands], [graph.node(o).dtype for o in node.operands]
+        )
+    return values
+
+
+def run_spmd(
+    graph: Graph, inputs: dict[int, list[np.ndarray]], mesh: Mesh
+) -> dict[int, list[np.ndarray]]:
+    """Evaluate the per-device program on every device, node by node in lockstep."""
+    values: dict[int, list[np.ndarray]] = dict(inputs)
+    for node in graph.nodes.values():
+        if node.id in values:
+            continue
+        args = [values[o] for o in node.operands]
+        if node.op == "rank_index":
+            values[node.id] = [host(np.array(d), node.dtype) for d in range(mesh.size)]
+        elif node.op in (
+            "all_reduce",
+            "all_gather",
+            "reduce_scatter",
+            "all_to_all",
+            "collective_permute",
+        ):
+            values[node.id] = _collective(node, args[0], mesh)
+        else:
+            dtypes = [graph.node(o).dtype for o in node.operands]
+            values[node.id] = [apply(node, [a[d] for a in args], dtypes) for d in range(mesh.size)]
+    return values
+
+
+@dataclass
+class Mismatch:
+    """Where a distributed output departs from what its relation requires."""
+
+    output: int
+    device: int
+    index: tuple[int, ...]
+    expected: float
+    found: float
+    max_abs_diff: float
+
+    def describe(self) -> str:
+        return (
+            f"output {self.output} on device {self.device} at {list(self.index)}: "
+            f"expected {self.expected:.6g}, found {self.found:.6g} "
+            f"(max |difference| {self.max_abs_diff:.3g})"
+        )
+
+
+def _reduce_partials(values: list[np.ndarray], layout: Layout, mesh: Mesh):
+    values = list(values)
+    remaining = []
+    for p in reversed(layout):
+        if p.kind != "partial":
+            remaining.insert(0, p)
+            continue
+        for group in mesh.groups((p.axis,)):
+            total = REDUCERS[p.op].reduce(np.stack([values[d] for d in group]), axis=0)
+            for d in group:
+                values[d] = total
+    return values, tuple(remaining)
+
+
+def compare_output(
+    index: int, expected: np.ndarray, found: list[np.ndarray], layout: Layout, mesh: Mesh, rng
+) -> Mismatch | None:
+    found, layout = _reduce_partials(found, layout, mesh)
+    wanted = distribute(expected, layout, mesh, rng)
+    for device, (want, got) in enumerate(zip(wanted, found, strict=True)):
+        if want.shape != got.shape:
+            return Mismatch(index, device, (), float("nan"), float("nan"), float("inf"))
+        if want.dtype.kind == "f" or got.dtype.kind == "f":
+            w, g = want.astype(np.float64), got.astype(np.float64)
+            close = np.isclose(
+                g,
+                w,
+                rtol=1e-6,
+                atol=1e-6 * max(1.0, float(np.nanmax(np.abs(w), initial=0.0))),
+                equal_nan=True,
+            )
+        else:
+            w, g = want, got
+            close = w == g
+        if not close.all():
+            bad = tuple(int(i) for i in np.argwhere(~close)[0])
+            diff = np.abs(w.astype(np.float64) - g.astype(np.float64))
+            return Mismatch(
+                index, device, bad, float(w[bad]), float(g[bad]), float(np.nanmax(diff))
+            )
+    return None
+
+
+def simulable(graph: Graph, mesh: Mesh) -> bool:
+    elements = sum(int(np.prod(n.shape)) for n in graph.nodes.values())
+    return elements * mesh.size <= MAX_ELEMENTS
+
+
+def simulate(
+    base: Graph,
+    dist: Graph,
+    mesh: Mesh,
+    inputs: list[Relation],
+    outputs: list[Relation],
+    seed: int = 0,
+) -> Mismatch | None:
+    """Random inputs, both programs, and the first output that breaks its relation.
+
+    Raises NotSimulable when an op has no numeric semantics here or the graphs are too big.
+    """
+    if not (simulable(base, mesh) and simulable(dist, mesh)):
+        raise NotSimulable("graphs too large to simulate")
+    rng = np.random.default_rng(seed)
+    base_inputs = {i: random_input(base.node(i), rng) for i in base.inputs}
+    dist_inputs = {}
+    for rel in inputs:
+        value = host(base_inputs[rel.base_id], dist.node(rel.dist_id).dtype)
+        dist_inputs[rel.dist_id] = distribute(value, rel.layout, mesh, rng)
+    for i in dist.inputs:
+        if i not in dist_inputs:
+            raise NotSimulable(f"distributed input {dist.input_name(i)} has no relation")
+    base_values = run_baseline(base, base_inputs)
+    dist_values = run_spmd(dist, dist_inputs, mesh)
+    for index, rel in enumerate(outputs):
+        mismatch = compare_output(
+            index, base_values[rel.base_id], dist_values[rel.dist_id], rel.layout, mesh, rng
+        )
+        if mismatch:
+            return mismatch
+    return None
+
+
+__all__ = [
+    "IDENTITY",
+    "Mismatch",
+    "NotSimulable",
+    "distribute",
+    "run_baseline",
+    "run_spmd",
+    "simulate",
+]
