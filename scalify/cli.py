@@ -60,6 +60,20 @@ def build_parser() -> argparse.ArgumentParser:
     lint = rule_commands.add_parser("lint", help="compile rules, check goldens, run cases")
     lint.add_argument("folder", nargs="?", type=Path, default=None)
     lint.add_argument("--bless", action="store_true", help="rewrite golden files")
+    lint.add_argument(
+        "--fuzz",
+        type=int,
+        default=25,
+        metavar="N",
+        help="random instances each rule is checked on numerically (0: off)",
+    )
+    lint.add_argument("--seed", type=int, default=0, help="fuzzing seed")
+    lint.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="print how many instances each rule was fuzzed on",
+    )
     show = rule_commands.add_parser("compile", help="print the egglog text of a rule folder")
     show.add_argument("folder", nargs="?", type=Path, default=None)
     return parser
@@ -90,11 +104,18 @@ def _lint(args: argparse.Namespace) -> int:
     from .lint import lint_rules
 
     folder = args.folder or default_rules_dir()
-    result = lint_rules(folder, bless=True if args.bless else None)
+    result = lint_rules(folder, bless=True if args.bless else None, fuzz=args.fuzz, seed=args.seed)
     for message in result.messages:
         print(message)
+    if args.verbose:
+        print("\n".join(f"fuzz: {line}" for line in result.fuzzed))
     status = "ok" if not result.failures else f"{result.failures} problem(s)"
-    print(f"{folder}: {status}; {result.cases} case(s) run")
+    fuzzed = (
+        f", {len(result.fuzzed)} rule(s) fuzzed on up to {args.fuzz} instances each"
+        if args.fuzz
+        else ""
+    )
+    print(f"{folder}: {status}; {result.cases} case(s) run{fuzzed}")
     return 1 if result.failures else 0
 
 

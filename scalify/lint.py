@@ -10,6 +10,7 @@ from pathlib import Path
 from .cases import case_files, read_case, run_case
 from .compiler.compile import compile_rule_dir, rule_files_in
 from .errors import ScalifyError
+from .fuzz import fuzz_rules
 
 
 @dataclass
@@ -17,6 +18,7 @@ class LintResult:
     messages: list[str] = field(default_factory=list)
     failures: int = 0
     cases: int = 0
+    fuzzed: list[str] = field(default_factory=list)
 
     def fail(self, message: str) -> None:
         self.failures += 1
@@ -27,9 +29,12 @@ def golden_path(rules_dir: Path, rule_file: Path) -> Path:
     return rules_dir / "tests" / f"{rule_file.stem}.golden.egg"
 
 
-def lint_rules(rules_dir: str | Path, bless: bool | None = None) -> LintResult:
+def lint_rules(
+    rules_dir: str | Path, bless: bool | None = None, fuzz: int = 0, seed: int = 0
+) -> LintResult:
     """Everything a rule author must keep green. `bless` (or SCALIFY_BLESS=1) rewrites the
-    golden files instead of comparing them."""
+    golden files instead of comparing them; `fuzz` is the number of random instances each rule
+    is checked on numerically."""
     folder = Path(rules_dir)
     bless = os.environ.get("SCALIFY_BLESS") == "1" if bless is None else bless
     result = LintResult()
@@ -45,7 +50,26 @@ def lint_rules(rules_dir: str | Path, bless: bool | None = None) -> LintResult:
             result.fail(f"{rule_file}: error: rule `{name}` has no `#` line stating its identity")
         _check_golden(result, golden_path(folder, rule_file), compiled.egglog, bless)
         _check_cases(result, folder, rule_file, compiled, rules)
+    if fuzz:
+        _fuzz(result, rules, fuzz, seed)
     return result
+
+
+def _fuzz(result: LintResult, rules, budget: int, seed: int) -> None:
+    for report in fuzz_rules(rules, budget, seed):
+        if report.unsound:
+            result.fail(
+                f"{report.source}: error: rule `{report.name}` is UNSOUND: a relation "
+                f"it proves is false numerically\n  " + "\n  ".join(report.unsound[:1])
+            )
+        elif not report.fired:
+            result.messages.append(
+                f"{report.source}: warning: fuzzing never made rule "
+                f"`{report.name}` fire ({report.instances} instances)"
+            )
+        result.fuzzed.append(
+            f"{report.name}: {report.instances} instances, fired on {report.fired}"
+        )
 
 
 def _check_golden(result: LintResult, golden: Path, text: str, bless: bool) -> None:

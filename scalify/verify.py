@@ -71,21 +71,8 @@ def verify_graphs(
     outputs = output_relations(base, dist, mesh, given)
 
     start = time.perf_counter()
-    session = EGraphSession()
-    signatures: dict = {}
-    commands = vocabulary_facts(mesh, [base, dist])
-    commands.append(rules.program())
-    commands += GraphEncoder(base, "b", mesh, signatures).commands()
-    commands += GraphEncoder(dist, "d", mesh, signatures).commands()
-    commands += signature_facts(signatures)
-    commands += [f"(union $d{r.dist_id} {layout_term(f'$b{r.base_id}', r.layout)})" for r in inputs]
-    session.feed(commands)
-    timings["build"] = time.perf_counter() - start
-
-    start = time.perf_counter()
-    stats = session.saturate(limits.max_rounds, limits.node_limit)
-    proven = proven_relations(session)
-    timings["saturate"] = time.perf_counter() - start
+    proven, stats = prove(base, dist, rules.program(), mesh, inputs, limits)
+    timings["prove"] = time.perf_counter() - start
 
     start = time.perf_counter()
     results, suspects, definite = _decide(base, dist, mesh, outputs, proven)
@@ -166,6 +153,26 @@ def _refine(base, dist, mesh, inputs, outputs, definite: bool, limits: Limits):
     else:
         reason = ""
     return (NOT_EQUIVALENT if definite else UNKNOWN), "", reason
+
+
+def prove(
+    base: Graph, dist: Graph, rules_program: str, mesh: Mesh, inputs: list[Relation], limits: Limits
+):
+    """Both graphs, the input relations and the rules in one e-graph, run to saturation.
+
+    Returns what was proven for each distributed node and the run's statistics.
+    """
+    session = EGraphSession()
+    signatures: dict = {}
+    commands = vocabulary_facts(mesh, [base, dist])
+    commands.append(rules_program)
+    commands += GraphEncoder(base, "b", mesh, signatures).commands()
+    commands += GraphEncoder(dist, "d", mesh, signatures).commands()
+    commands += signature_facts(signatures)
+    commands += [f"(union $d{r.dist_id} {layout_term(f'$b{r.base_id}', r.layout)})" for r in inputs]
+    session.feed(commands)
+    stats = session.saturate(limits.max_rounds, limits.node_limit)
+    return proven_relations(session), stats
 
 
 def _decide(base: Graph, dist: Graph, mesh: Mesh, outputs: list[Relation], proven):

@@ -8,14 +8,15 @@ from conftest import REPO
 
 
 def test_shipped_rules_lint_clean(cli):
-    result = cli("rules", "lint")
+    result = cli("rules", "lint", "--fuzz", "8", "-v")
     assert result.code == 0, result.out
     assert "rules: ok" in result.out
+    assert "fuzz: dot_contracted_shards:" in result.out
 
 
 def test_syntax_error_in_rule_file(cli, tmp_path):
     (tmp_path / "core.srl").write_text("rule broken:\n  match dot(X\n")
-    result = cli("rules", "lint", str(tmp_path))
+    result = cli("rules", "lint", "--fuzz", "0", str(tmp_path))
     assert result.code == 1
     assert "core.srl:2:" in result.out and "error:" in result.out and "^" in result.out
 
@@ -30,7 +31,7 @@ def test_golden_mismatch_shows_a_diff(cli, tmp_path):
     rules = copy_rules(tmp_path)
     srl = rules / "tp.srl"
     srl.write_text(srl.read_text().replace("outdim(1, d) >= 0", "outdim(1, d) > 0", 1))
-    result = cli("rules", "lint", str(rules))
+    result = cli("rules", "lint", "--fuzz", "0", str(rules))
     assert result.code == 1
     assert "differs from the golden file" in result.out
     assert "-       (>= ?_dim2 0))" in result.out and "+       (> ?_dim2 0))" in result.out
@@ -40,7 +41,7 @@ def test_bless_rewrites_goldens(cli, tmp_path, monkeypatch):
     rules = copy_rules(tmp_path)
     (rules / "tests" / "tp.golden.egg").write_text("stale\n")
     monkeypatch.setenv("SCALIFY_BLESS", "1")
-    assert cli("rules", "lint", str(rules)).code in (0, 1)
+    assert cli("rules", "lint", "--fuzz", "0", str(rules)).code in (0, 1)
     monkeypatch.delenv("SCALIFY_BLESS")
     assert "dot_shard_rhs" in (rules / "tests" / "tp.golden.egg").read_text()
 
@@ -53,6 +54,27 @@ def test_rule_without_a_case_is_reported(cli, tmp_path):
         "  rewrite neg(X) ~ neg(x) @ shard(d, a)\n"
     )
     (rules / "tp.srl").write_text((rules / "tp.srl").read_text() + extra)
-    result = cli("rules", "lint", "--bless", str(rules))
+    result = cli("rules", "lint", "--fuzz", "0", "--bless", str(rules))
     assert "rule `neg_shard_again` has no case that must fire" in result.out
     assert "rule `neg_shard_again` has no near-miss case" in result.out
+
+
+UNSOUND = """
+# UNSOUND on purpose: gathering the pieces of a partial sum does not add them up
+rule gather_partial_is_sum:
+  match   all_gather[dim=d, axes=a](X)
+  where   X ~ x @ partial(sum, a)
+  rewrite all_gather[dim=d, axes=a](X) ~ x @ replicate
+"""
+
+
+def test_fuzzing_catches_a_planted_unsound_rule(cli, tmp_path):
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    shutil.copy(REPO / "rules" / "core.srl", rules / "core.srl")
+    (rules / "bad.srl").write_text(UNSOUND)
+    result = cli("rules", "lint", "--fuzz", "30", str(rules))
+    assert result.code == 1
+    assert "rule `gather_partial_is_sum` is UNSOUND" in result.out
+    assert "bad.srl:3: error:" in result.out
+    assert "seed " in result.out and "instance: mesh" in result.out

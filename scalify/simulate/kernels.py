@@ -186,7 +186,8 @@ def apply(node: Node, args: list[np.ndarray], operand_dtypes: list[str]) -> np.n
     if op == "iota":
         return _iota(node)
     if op in _UNARY:
-        return _UNARY[op](args[0])
+        with np.errstate(all="ignore"):
+            return _UNARY[op](args[0])
     if op in _BINARY:
         with np.errstate(all="ignore"):
             return _BINARY[op](args[0], args[1])

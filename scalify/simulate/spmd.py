@@ -63,8 +63,15 @@ def _split_partial(per_device, p: Placement, mesh: Mesh, rng) -> list[np.ndarray
     result = list(per_device)
     for group in mesh.groups((p.axis,)):
         whole = per_device[group[0]]
+        if whole.dtype == bool:
+            raise NotSimulable("a predicate cannot be a partial reduction")
         if p.op == "sum":
-            parts = [rng.standard_normal(whole.shape) for _ in group[:-1]]
+            parts = [
+                rng.standard_normal(whole.shape)
+                if whole.dtype.kind == "f"
+                else rng.integers(-4, 5, size=whole.shape)
+                for _ in group[:-1]
+            ]
             parts.append(whole - sum(parts))
         else:
             sign = 1.0 if p.op == "max" else -1.0

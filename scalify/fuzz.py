@@ -1,0 +1,517 @@
+"""Numeric fuzzing of rules: random small instances, the rule alone in the e-graph, and the
+simulator as judge.
+
+For each rule, an instance is one op (chosen from what the rule matches) over inputs with
+random layouts on a random 1-D or 2-D mesh. The e-graph gets the layout analysis and only
+that rule; every relation it then proves between a distributed node and a baseline node is
+checked by running both graphs with numpy. A relation that does not hold numerically is an
+unsound rule, reported with its name, source, seed and the instance.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .compiler.compile import CompiledRuleSet
+from .compiler.emit import emit_families, emit_rules
+from .compiler.signatures import OP_ARITY
+from .engine.encode import shape_free_nodes
+from .ir import ELEMENTWISE_BINARY, ELEMENTWISE_UNARY, Graph, Node
+from .layout import Layout, Placement, canonical, layout_str, local_shape
+from .mesh import Mesh
+from .relations import Relation
+from .simulate.kernels import NotSimulable, apply, host
+from .simulate.spmd import compare_output, distribute, random_input, run_baseline, run_spmd
+
+UNARY = sorted(ELEMENTWISE_UNARY - {"convert"})
+BINARY = sorted(ELEMENTWISE_BINARY)
+LOGICAL = {"and", "or", "xor", "not"}
+COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter")
+MESHES = (
+    (("tp", 2),),
+    (("tp", 3),),
+    (("tp", 4),),
+    (("dp", 2), ("tp", 2)),
+    (("dp", 2), ("tp", 3)),
+)
+
+
+@dataclass
+class Instance:
+    """A baseline and a distributed graph with the same node ids, and input relations."""
+
+    mesh: Mesh
+    base: Graph
+    dist: Graph
+    inputs: list[Relation]
+    text: str
+
+
+@dataclass
+class RuleReport:
+    name: str
+    source: str
+    instances: int = 0
+    fired: int = 0
+    unsound: list[str] = field(default_factory=list)
+
+
+class _Builder:
+    """Builds both graphs node by node; the distributed side gets local shapes."""
+
+    def __init__(self, rng: np.random.Generator, mesh: Mesh) -> None:
+        self.rng = rng
+        self.mesh = mesh
+        self.base: dict[int, Node] = {}
+        self.dist: dict[int, Node] = {}
+        self.inputs: list[Relation] = []
+        self.lines: list[str] = []
+        unit = math.lcm(*(n for _, n in mesh.axes))
+        self.unit = unit
+        self.hints: list[str | None] = []
+        self.axis = mesh.names[int(rng.integers(len(mesh.names)))]
+        self.shared_dim = int(rng.integers(3))
+
+    def hint(self, k: int) -> str | None:
+        return self.hints[k] if k < len(self.hints) and self.rng.random() < 0.85 else None
+
+    def operand_layout(self, k: int, rank: int, fallback: Layout) -> Layout:
+        """Bias operand k toward the layout the rule under test asks for."""
+        kind = self.hint(k)
+        if kind == "shard" and rank:
+            dim = (
+                self.shared_dim % rank if self.rng.random() < 0.7 else int(self.rng.integers(rank))
+            )
+            return (Placement("shard", self.axis, dim=dim),)
+        if kind in ("partial:sum", "partial:max", "partial:?"):
+            op = kind.split(":")[1]
+            op = op if op != "?" else ("sum" if self.rng.random() < 0.7 else "max")
+            return (Placement("partial", self.axis, op=op),)
+        if kind in ("inv", "base"):
+            return ()
+        return fallback
+
+    def size(self) -> int:
+        return self.unit * int(self.rng.integers(1, 3))
+
+    def layout(self, rank: int, allow_partial: bool = True, sharded: bool = False) -> Layout:
+        placements = []
+        free = list(range(rank))
+        for axis, _ in self.mesh.axes:
+            choice = self.rng.random() * (0.45 if sharded and rank else 1.0)
+            if choice < 0.45 and free:
+                dim = free.pop(int(self.rng.integers(len(free))))
+                placements.append(Placement("shard", axis, dim=dim))
+            elif choice < 0.65 and allow_partial:
+                op = "sum" if self.rng.random() < 0.8 else "max"
+                placements.append(Placement("partial", axis, op=op))
+        order = self.rng.permutation(len(placements))
+        return tuple(placements[i] for i in order)
+
+    def _add(
+        self, op: str, operands: tuple[int, ...], base_shape, dist_shape, dtype: str, attrs: dict
+    ) -> int:
+        node_id = len(self.base)
+        name = f"n{node_id}"
+        self.base[node_id] = Node(
+            node_id, op, operands, tuple(base_shape), dtype, dict(attrs), name=name
+        )
+        self.dist[node_id] = Node(
+            node_id, op, operands, tuple(dist_shape), dtype, dict(attrs), name=name
+        )
+        return node_id
+
+    def input(self, shape: tuple[int, ...], dtype: str, layout: Layout | None = None) -> int:
+        layout = self.layout(len(shape)) if layout is None else layout
+        node_id = self._add(
+            "parameter",
+            (),
+            shape,
+            local_shape(shape, layout, self.mesh),
+            dtype,
+            {"name": f"x{len(self.inputs)}", "index": len(self.inputs)},
+        )
+        self.inputs.append(Relation(node_id, node_id, f"x{len(self.inputs)}", layout, "fuzz"))
+        self.lines.append(f"n{node_id}: {dtype}{list(shape)} ~ {layout_str(layout)}")
+        return node_id
+
+    def op(self, op: str, operands: tuple[int, ...], dtype: str, attrs: dict) -> int:
+        shapes = []
+        for side in (self.base, self.dist):
+            probe = Node(-1, op, operands, (), dtype, attrs)
+            args = [host(np.zeros(side[o].shape), side[o].dtype) for o in operands]
+            if op in COLLECTIVE_OPS:
+                shapes.append(_collective_shape(probe, side[operands[0]].shape, self.mesh))
+                continue
+            if op == "broadcast":
+                probe.shape = attrs.pop(
+                    "_shape_base" if side is self.base else "_shape_dist", None
+                ) or attrs.get("_shape")
+            try:
+                shapes.append(apply(probe, args, [side[o].dtype for o in operands]).shape)
+            except (
+                ValueError,
+                IndexError,
+                TypeError,
+            ) as err:  # ill-typed draw: reject the instance
+                raise NotSimulable(f"ill-typed instance: {err}") from None
+        attrs = {k: v for k, v in attrs.items() if not k.startswith("_")}
+        for side in (self.base, self.dist):
+            _check_types(op, attrs, [side[o].shape for o in operands])
+        node_id = self._add(op, operands, shapes[0], shapes[1], dtype, attrs)
+        if op in COLLECTIVE_OPS:  # the baseline has no collective: it is the operand itself
+            del self.base[node_id]
+            self.base_output = operands[0]
+        self.lines.append(f"n{node_id} = {op}{attrs or ''}({', '.join(f'n{o}' for o in operands)})")
+        return node_id
+
+    def fill(self, shape: tuple[int, ...], dist_shape: tuple[int, ...], dtype: str) -> int:
+        value = f"{self.rng.integers(1, 4)}"
+        c = self._add("constant", (), (), (), dtype, {"value": value})
+        return self._add("broadcast", (c,), shape, dist_shape, dtype, {"dims": ()})
+
+    def graphs(self, output: int) -> tuple[Graph, Graph]:
+        ids = [r.dist_id for r in self.inputs]
+        base_output = getattr(self, "base_output", output)
+        return (
+            Graph("fuzz-baseline", self.base, ids, [base_output]),
+            Graph("fuzz-distributed", self.dist, ids, [output]),
+        )
+
+
+def _check_types(op: str, attrs: dict, shapes: list[tuple[int, ...]]) -> None:
+    """Reject draws HLO would reject; numpy broadcasting would silently accept them."""
+    if op == "dot":
+        pairs = list(zip(attrs["lhs_batch"], attrs["rhs_batch"], strict=True)) + list(
+            zip(attrs["lhs_contracting"], attrs["rhs_contracting"], strict=True)
+        )
+        if any(shapes[0][l_dim] != shapes[1][r_dim] for l_dim, r_dim in pairs):
+            raise NotSimulable("ill-typed dot")
+    elif op in ELEMENTWISE_UNARY | ELEMENTWISE_BINARY | {"select", "clamp"}:
+        if len({s for s in shapes if s}) > 1:
+            raise NotSimulable("ill-typed elementwise op")
+
+
+def _collective_shape(node: Node, shape, mesh: Mesh):
+    shape = list(shape)
+    size = 1
+    for axis in str(node.attrs.get("_axes", "")).split(","):
+        if axis:
+            size *= mesh.axis_size(axis)
+    if node.op == "all_gather":
+        shape[node.attrs["dim"]] *= size
+    elif node.op == "reduce_scatter":
+        shape[node.attrs["dim"]] //= size
+    return tuple(shape)
+
+
+def _elementwise(b: _Builder, op: str, arity: int) -> int:
+    rank = int(b.rng.integers(1, 4))
+    shape = tuple(b.size() for _ in range(rank))
+    dtype = "s32" if op in ("div", "add", "mul", "sub") and b.rng.random() < 0.2 else "f32"
+    dtype = "pred" if op in LOGICAL else dtype
+    layout = b.layout(rank, allow_partial=b.rng.random() < 0.5, sharded=b.rng.random() < 0.5)
+    operands = []
+    hints = [b.hint(k) for k in range(arity)]
+    hinted = [b.operand_layout(k, rank, layout) for k in range(arity)]
+    if any(h == "shard" for h in hints):
+        layout = next(lay for lay, h in zip(hinted, hints, strict=True) if h == "shard")
+    for k in range(arity):
+        roll = b.rng.random()
+        mine = layout if hints[k] in ("splat", "broadcast", None) else hinted[k]
+        if op == "select" and k == 0:
+            operands.append(b.input(shape, "pred", layout if roll < 0.7 else None))
+        elif hints[k] == "splat" or (roll < 0.15 and arity > 1 and k > 0):
+            operands.append(b.fill(shape, local_shape(shape, layout, b.mesh), dtype))
+        elif rank > 1 and (hints[k] == "broadcast" or (roll < 0.3 and arity > 1)):
+            operands.append(_broadcast_operand(b, shape, layout, dtype))
+        else:
+            operands.append(b.input(shape, dtype, mine if roll < 0.85 else None))
+    attrs = {}
+    if op == "compare":
+        attrs["direction"] = ("EQ", "NE", "LT", "LE", "GT", "GE")[int(b.rng.integers(6))]
+    return b.op(op, tuple(operands), "pred" if op == "compare" else dtype, attrs)
+
+
+def _broadcast_operand(b: _Builder, shape, out_layout: Layout, dtype: str) -> int:
+    keep = sorted(b.rng.choice(len(shape), size=len(shape) - 1, replace=False).tolist())
+    small_layout = (
+        tuple(
+            Placement(p.kind, p.axis, dim=keep.index(p.dim) if p.kind == "shard" else -1, op=p.op)
+            for p in out_layout
+            if p.kind == "partial" or p.dim in keep
+        )
+        if b.rng.random() < 0.7
+        else b.layout(len(keep))
+    )
+    x = b.input(tuple(shape[d] for d in keep), dtype, small_layout)
+    dist_shape = local_shape(shape, out_layout, b.mesh)
+    return b.op(
+        "broadcast",
+        (x,),
+        dtype,
+        {"dims": tuple(keep), "_shape_base": shape, "_shape_dist": dist_shape},
+    )
+
+
+def _dot(b: _Builder) -> int:
+    batch = int(b.rng.integers(0, 2))
+    free_l, free_r, contract = 1, int(b.rng.integers(0, 2)) + 1, int(b.rng.integers(1, 3))
+    sizes = {k: b.size() for k in range(batch + free_l + free_r + contract)}
+    lhs_dims = (
+        list(range(batch))
+        + [batch + i for i in range(free_l)]
+        + [batch + free_l + free_r + i for i in range(contract)]
+    )
+    rhs_dims = (
+        list(range(batch))
+        + [batch + free_l + free_r + i for i in range(contract)]
+        + [batch + free_l + i for i in range(free_r)]
+    )
+    b.rng.shuffle(lhs_dims)
+    b.rng.shuffle(rhs_dims)
+    lhs_layout = b.operand_layout(
+        0, len(lhs_dims), () if b.rng.random() < 0.3 else b.layout(len(lhs_dims))
+    )
+    rhs_layout = b.operand_layout(
+        1, len(rhs_dims), () if b.rng.random() < 0.3 else b.layout(len(rhs_dims))
+    )
+    lhs = b.input(tuple(sizes[d] for d in lhs_dims), "f32", lhs_layout)
+    rhs = b.input(tuple(sizes[d] for d in rhs_dims), "f32", rhs_layout)
+    contracted = [batch + free_l + free_r + i for i in range(contract)]
+    attrs = {
+        "lhs_batch": tuple(lhs_dims.index(d) for d in range(batch)),
+        "rhs_batch": tuple(rhs_dims.index(d) for d in range(batch)),
+        "lhs_contracting": tuple(lhs_dims.index(d) for d in contracted),
+        "rhs_contracting": tuple(rhs_dims.index(d) for d in contracted),
+    }
+    return b.op("dot", (lhs, rhs), "f32", attrs)
+
+
+def _reduce(b: _Builder) -> int:
+    rank = int(b.rng.integers(1, 4))
+    x = b.input(
+        tuple(b.size() for _ in range(rank)), "f32", b.operand_layout(0, rank, b.layout(rank))
+    )
+    dims = tuple(
+        sorted(b.rng.choice(rank, size=int(b.rng.integers(1, rank + 1)), replace=False).tolist())
+    )
+    op = "sum" if b.rng.random() < 0.6 else "max"
+    return b.op("reduce", (x,), "f32", {"dims": dims, "op": op})
+
+
+def _broadcast(b: _Builder) -> int:
+    rank = int(b.rng.integers(1, 3))
+    x_shape = tuple(b.size() for _ in range(rank))
+    x_layout = b.operand_layout(0, rank, b.layout(rank))
+    x = b.input(x_shape, "f32", x_layout)
+    out_rank = rank + int(b.rng.integers(1, 3))
+    dims = tuple(sorted(b.rng.choice(out_rank, size=rank, replace=False).tolist()))
+    out = [b.size() for _ in range(out_rank)]
+    for i, d in enumerate(dims):
+        out[d] = x_shape[i]
+    local = list(out)
+    for i, d in enumerate(dims):
+        local[d] = b.dist[x].shape[i]
+    return b.op(
+        "broadcast",
+        (x,),
+        "f32",
+        {"dims": dims, "_shape_base": tuple(out), "_shape_dist": tuple(local)},
+    )
+
+
+def _transpose(b: _Builder) -> int:
+    rank = int(b.rng.integers(2, 4))
+    x = b.input(
+        tuple(b.size() for _ in range(rank)), "f32", b.operand_layout(0, rank, b.layout(rank))
+    )
+    return b.op("transpose", (x,), "f32", {"perm": tuple(b.rng.permutation(rank).tolist())})
+
+
+def _convert(b: _Builder) -> int:
+    x = b.input((b.size(), b.size()), "f32", b.operand_layout(0, 2, b.layout(2)))
+    return b.op("convert", (x,), "f64" if b.rng.random() < 0.6 else "s32", {})
+
+
+def _collective(b: _Builder, op: str) -> int:
+    rank = int(b.rng.integers(1, 3))
+    x = b.input(
+        tuple(b.size() for _ in range(rank)), "f32", b.operand_layout(0, rank, b.layout(rank))
+    )
+    names = b.mesh.names
+    roll = b.rng.random()
+    if roll < 0.35:
+        axes = (b.axis,)
+    elif roll < 0.7:
+        axes = (names[int(b.rng.integers(len(names)))],)
+    elif roll < 0.85:
+        axes = names
+    else:
+        axes = ()
+    groups = b.mesh.groups(axes) if axes else _odd_groups(b.mesh, b.rng)
+    attrs: dict = {"groups": groups, "_axes": ",".join(axes)}
+    if op != "all_gather":
+        attrs["op"] = "sum" if b.rng.random() < 0.8 else "max"
+    if op != "all_reduce":
+        attrs["dim"] = int(b.rng.integers(rank))
+        if op == "reduce_scatter" and b.dist[x].shape[attrs["dim"]] % max(
+            1, math.prod(b.mesh.axis_size(a) for a in axes)
+        ):
+            attrs["dim"] = 0
+    if not axes:
+        attrs["_axes"] = ""
+    return b.op(op, (x,), "f32", attrs)
+
+
+def _odd_groups(mesh: Mesh, rng) -> tuple[tuple[int, ...], ...]:
+    """Groups of no axis: every device, in a shuffled order (order matters for gathers)."""
+    devices = rng.permutation(mesh.size).tolist()
+    return (tuple(devices),)
+
+
+def generate(op: str, rng: np.random.Generator, hints: list[str | None] | None = None) -> Instance:
+    """A random instance of `op`; `hints` bias operand layouts toward a rule's pattern."""
+    mesh = Mesh(MESHES[int(rng.integers(len(MESHES)))])
+    b = _Builder(rng, mesh)
+    b.hints = list(hints or [])
+    if op in UNARY:
+        out = _elementwise(b, op, 1)
+    elif op in BINARY:
+        out = _elementwise(b, op, 2)
+    elif op in ("select", "clamp"):
+        out = _elementwise(b, op, 3)
+    elif op == "dot":
+        out = _dot(b)
+    elif op == "reduce":
+        out = _reduce(b)
+    elif op == "broadcast":
+        out = _broadcast(b)
+    elif op == "transpose":
+        out = _transpose(b)
+    elif op == "convert":
+        out = _convert(b)
+    elif op in COLLECTIVE_OPS:
+        out = _collective(b, op)
+    else:
+        raise NotSimulable(f"no instance generator for `{op}`")
+    base, dist = b.graphs(out)
+    return Instance(mesh, base, dist, b.inputs, f"mesh {mesh}: " + "; ".join(b.lines))
+
+
+def operand_hints(rule) -> list[str | None]:
+    """What the rule asks of each operand of its top op, read from its egglog query."""
+    top = next(a for a in rule.query if a.startswith("(= ?n0 "))
+    operands = top.rstrip(")").split()[5:]
+    hints: list[str | None] = []
+    for var in operands:
+        kind = None
+        for atom in rule.query:
+            if atom.startswith(f"(= {var} (Shard "):
+                kind = "shard"
+            elif atom.startswith(f"(= {var} (Partial "):
+                op = atom.split()[4]
+                kind = "partial:" + (op.strip('"') if op.startswith('"') else "?")
+            elif atom.startswith(f"(Inv {var} "):
+                kind = "inv"
+            elif atom.startswith(f"(Base {var})"):
+                kind = "base"
+            elif atom.startswith(f"(= {var} (Splat "):
+                kind = "splat"
+            elif atom.startswith(f'(= {var} (Op1 "broadcast"'):
+                kind = "broadcast"
+        hints.append(kind)
+    return hints
+
+
+def _ops_of(rule_name: str, rules: CompiledRuleSet) -> list[str]:
+    """The ops a rule's match can bind at its top: read from its first query atom."""
+    rule = next(r for r in rules.rules if r.name == rule_name)
+    top = next(a for a in rule.query if a.startswith("(= ?n0 "))
+    arity = int(top.split()[2].removeprefix("(Op"))
+    op = top.split()[3].strip('"')
+    if not op.startswith("?"):
+        return [op]
+    family_atom = next(a for a in rule.query if a.startswith(f"(InFamily {op} "))
+    family = family_atom.split('"')[1]
+    return [m for m in rules.families[family] if arity in OP_ARITY.get(m, ())]
+
+
+def check_instance(
+    instance: Instance, program: str, rule_name: str, seed: int
+) -> tuple[bool, list[str]]:
+    """Run one instance; returns (the rule fired, relations that fail numerically).
+
+    Shape-free fills are skipped: their terms stand for a value of any shape and are only
+    meaningful through the elementwise users that pin it.
+    """
+    from .verify import Limits, prove
+
+    proven, stats = prove(
+        instance.base,
+        instance.dist,
+        program,
+        instance.mesh,
+        instance.inputs,
+        Limits(max_rounds=30, simulate=False),
+    )
+    fired = stats.rule_matches.get(rule_name, 0) > 0
+    unchecked = shape_free_nodes(instance.dist)
+    rng = np.random.default_rng(seed)
+    base_inputs = {i: random_input(instance.base.node(i), rng) for i in instance.base.inputs}
+    dist_inputs = {
+        r.dist_id: distribute(base_inputs[r.base_id], r.layout, instance.mesh, rng)
+        for r in instance.inputs
+    }
+    base_values = run_baseline(instance.base, base_inputs)
+    dist_values = run_spmd(instance.dist, dist_inputs, instance.mesh)
+    failures = []
+    given = {(r.dist_id, canonical(r.layout), r.base_id) for r in instance.inputs}
+    for dist_id, relations in proven.items():
+        if dist_id in unchecked:
+            continue
+        for layout, base_id in relations:
+            if (dist_id, canonical(layout), base_id) in given:
+                continue
+            mismatch = compare_output(
+                dist_id, base_values[base_id], dist_values[dist_id], layout, instance.mesh, rng
+            )
+            if mismatch:
+                failures.append(
+                    f"n{dist_id} ~ n{base_id} @ {layout_str(layout)} is false: "
+                    f"{mismatch.describe().replace('output', 'node', 1)}"
+                )
+    return fired, failures
+
+
+def fuzz_rules(rules: CompiledRuleSet, budget: int, seed: int = 0) -> list[RuleReport]:
+    """Check every rule on `budget` random instances of the ops it matches."""
+    reports = []
+    families = emit_families(rules.families)
+    for compiled in rules.files:
+        for rule in compiled.rules:
+            report = RuleReport(rule.name, rule.source)
+            program = families + "\n" + emit_rules(compiled.path, [rule])
+            ops = _ops_of(rule.name, rules)
+            hints = operand_hints(rule)
+            for k in range(budget):
+                instance_seed = seed * 1_000_003 + k
+                rng = np.random.default_rng([instance_seed, len(rule.name)])
+                op = ops[int(rng.integers(len(ops)))]
+                try:
+                    instance = generate(op, rng, hints)
+                    fired, failures = check_instance(instance, program, rule.name, instance_seed)
+                except NotSimulable:
+                    continue
+                report.instances += 1
+                report.fired += fired
+                report.unsound += [
+                    f"seed {instance_seed}: {f}\n    instance: {instance.text}" for f in failures
+                ]
+                if report.unsound:
+                    break
+            reports.append(report)
+    return reports
