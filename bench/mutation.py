@@ -1,0 +1,67 @@
+"""Mutation score: mutate correct distributed graphs, simulate, verify, and count.
+
+    python bench/mutation.py [--jax]
+
+Sources: every rule case that must be proved, the bundled MLP example, and with --jax the
+MLP re-exported at tp = 2, 4, 8. Prints tried / differing / caught / wrongly proved per source
+and in total; exits 1 if any differing mutant was proved equivalent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from scalify.compiler.compile import compile_rule_dir
+
+from scalify.mutate import MutationScore, score
+from scalify.mutation_corpus import case_pairs, hlo_pairs
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--jax", action="store_true", help="also export MLPs at tp=2,4,8")
+    args = parser.parse_args()
+    rules = compile_rule_dir(REPO / "rules")
+    sources = list(case_pairs(REPO / "rules")) + list(hlo_pairs(REPO / "examples/mlp/hlo"))
+    if args.jax:
+        tmp = Path(tempfile.mkdtemp())
+        for tp in (2, 4, 8):
+            out = tmp / f"tp{tp}"
+            subprocess.run(
+                [
+                    sys.executable,
+                    str(REPO / "examples/mlp/export.py"),
+                    "--out",
+                    str(out),
+                    "--dp",
+                    "1",
+                    "--tp",
+                    str(tp),
+                ],
+                check=True,
+                capture_output=True,
+            )
+            sources += list(hlo_pairs(out))
+    total = MutationScore()
+    print(f"{'source':60s} {'tried':>5s} {'diff':>5s} {'caught':>6s} {'wrong':>5s}")
+    for name, base, dist, mesh in sources:
+        result = score(base, dist, rules, mesh)
+        total.add(result)
+        print(
+            f"{Path(name).name[:60]:60s} {result.tried:5d} {result.differing:5d} "
+            f"{result.caught:6d} {len(result.wrongly_proved):5d}"
+        )
+    print(f"total: {total.line()}")
+    for line in total.wrongly_proved:
+        print(f"WRONGLY PROVED: {line}")
+    return 1 if total.wrongly_proved else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,237 @@
+"""Mutation testing: small edits to correct distributed graphs, each a plausible silent bug.
+
+Every mutant that the simulator shows to differ from the baseline must not be proved
+equivalent; a mutant proved equivalent while it differs is a soundness bug in the verifier.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+
+from .ir import Graph, Node
+from .mesh import Mesh
+
+NON_COMMUTATIVE = ("sub", "div", "pow", "atan2", "rem")
+
+
+@dataclass
+class Mutant:
+    description: str
+    graph: Graph
+
+
+@dataclass
+class MutationScore:
+    tried: int = 0
+    differing: int = 0
+    caught: int = 0
+    wrongly_proved: list[str] = field(default_factory=list)
+    not_simulable: int = 0
+
+    def add(self, other: MutationScore) -> None:
+        self.tried += other.tried
+        self.differing += other.differing
+        self.caught += other.caught
+        self.wrongly_proved += other.wrongly_proved
+        self.not_simulable += other.not_simulable
+
+    def line(self) -> str:
+        return (
+            f"tried {self.tried}, differing {self.differing}, caught {self.caught}, "
+            f"wrongly proved {len(self.wrongly_proved)}, not simulable {self.not_simulable}"
+        )
+
+
+def _fresh_id(graph: Graph) -> int:
+    return max(graph.nodes) + 1
+
+
+def _redirect(graph: Graph, old: int, new: int, skip: int) -> None:
+    for node in graph.nodes.values():
+        if node.id != skip:
+            node.operands = tuple(new if o == old else o for o in node.operands)
+    graph.outputs = [new if o == old else o for o in graph.outputs]
+
+
+def _insert_after(graph: Graph, anchor: int, new: Node) -> None:
+    """Put `new` right after `anchor` in topological order and give it anchor's users."""
+    nodes = {}
+    for node_id, node in graph.nodes.items():
+        nodes[node_id] = node
+        if node_id == anchor:
+            nodes[new.id] = new
+    graph.nodes = nodes
+    _redirect(graph, anchor, new.id, skip=new.id)
+
+
+def _insert_before(graph: Graph, anchor: int, new: Node) -> None:
+    """Put `new` right before `anchor` in topological order; no operand changes."""
+    nodes = {}
+    for node_id, node in graph.nodes.items():
+        if node_id == anchor:
+            nodes[new.id] = new
+        nodes[node_id] = node
+    graph.nodes = nodes
+
+
+def _named(node: Node, suffix: str) -> str:
+    return f"{node.name}.{suffix}"
+
+
+def _other_groups(node: Node, mesh: Mesh) -> Iterator[tuple[str, tuple]]:
+    groups = tuple(tuple(g) for g in node.attrs.get("groups", ()))
+    for axis in mesh.names:
+        candidate = mesh.groups((axis,))
+        if candidate != groups:
+            yield f"groups of {axis}", candidate
+    members = groups or (tuple(range(mesh.size)),)
+    if all(len(g) % 2 == 0 and len(g) > 1 for g in members):
+        halves = tuple(h for g in members for h in (g[: len(g) // 2], g[len(g) // 2 :]))
+        yield "half the group", halves
+    if members and len(members[0]) > 2:
+        yield "reversed group order", tuple(tuple(reversed(g)) for g in members)
+
+
+def mutants(graph: Graph, mesh: Mesh) -> Iterator[Mutant]:
+    """All single mutations of `graph` this module knows how to make."""
+    for node in list(graph.nodes.values()):
+        yield from _collective_mutants(graph, node, mesh)
+        if node.op in NON_COMMUTATIVE and node.operands[0] != node.operands[1]:
+            g = copy.deepcopy(graph)
+            g.nodes[node.id].operands = tuple(reversed(node.operands))
+            yield Mutant(f"swap the operands of {node.op} `{node.name}`", g)
+        if node.dtype in ("f32", "f64") and node.op in ("dot", "add", "mul", "reduce"):
+            g = copy.deepcopy(graph)
+            down = Node(
+                _fresh_id(g),
+                "convert",
+                (node.id,),
+                node.shape,
+                "bf16",
+                {},
+                node.loc,
+                _named(node, "bf16"),
+            )
+            _insert_after(g, node.id, down)
+            up = Node(
+                _fresh_id(g),
+                "convert",
+                (down.id,),
+                node.shape,
+                node.dtype,
+                {},
+                node.loc,
+                _named(node, "f32"),
+            )
+            _insert_after(g, down.id, up)
+            yield Mutant(f"round `{node.name}` through bf16", g)
+        if node.op == "transpose" and len(set(node.shape)) < len(node.shape):
+            perm = list(node.attrs["perm"])
+            for i in range(len(perm)):
+                for j in range(i + 1, len(perm)):
+                    if node.shape[i] == node.shape[j]:
+                        g = copy.deepcopy(graph)
+                        new = list(perm)
+                        new[i], new[j] = new[j], new[i]
+                        g.nodes[node.id].attrs["perm"] = tuple(new)
+                        yield Mutant(f"transpose `{node.name}` with perm {new}", g)
+
+
+def _collective_mutants(graph: Graph, node: Node, mesh: Mesh) -> Iterator[Mutant]:
+    if node.op not in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all"):
+        return
+    for what, groups in _other_groups(node, mesh):
+        g = copy.deepcopy(graph)
+        g.nodes[node.id].attrs["groups"] = groups
+        yield Mutant(f"{node.op} `{node.name}` over {what}", g)
+    if node.op != "all_reduce":
+        return
+    swapped = {"sum": "max", "max": "sum"}.get(node.attrs.get("op", ""))
+    if swapped:
+        g = copy.deepcopy(graph)
+        g.nodes[node.id].attrs["op"] = swapped
+        yield Mutant(f"all_reduce `{node.name}` with {swapped} instead of {node.attrs['op']}", g)
+    g = copy.deepcopy(graph)
+    _redirect(g, node.id, node.operands[0], skip=-1)
+    del g.nodes[node.id]
+    yield Mutant(f"drop all_reduce `{node.name}`", g)
+    g = copy.deepcopy(graph)
+    twice = Node(
+        _fresh_id(g),
+        "all_reduce",
+        (node.id,),
+        node.shape,
+        node.dtype,
+        dict(node.attrs),
+        node.loc,
+        _named(node, "again"),
+    )
+    _insert_after(g, node.id, twice)
+    yield Mutant(f"all_reduce `{node.name}` applied twice", g)
+    g = copy.deepcopy(graph)
+    operand = g.nodes[node.operands[0]]
+    one = Node(
+        _fresh_id(g),
+        "constant",
+        (),
+        (),
+        operand.dtype,
+        {"value": "1"},
+        node.loc,
+        _named(node, "one"),
+    )
+    _insert_before(g, node.id, one)
+    fill = Node(
+        _fresh_id(g),
+        "broadcast",
+        (one.id,),
+        operand.shape,
+        operand.dtype,
+        {"dims": ()},
+        node.loc,
+        _named(node, "fill"),
+    )
+    _insert_before(g, node.id, fill)
+    bumped = Node(
+        _fresh_id(g),
+        "add",
+        (operand.id, fill.id),
+        operand.shape,
+        operand.dtype,
+        {},
+        node.loc,
+        _named(node, "bumped"),
+    )
+    _insert_before(g, node.id, bumped)
+    g.nodes[node.id].operands = (bumped.id,)
+    yield Mutant(f"add a constant to the partial sum before `{node.name}`", g)
+
+
+def score(base: Graph, dist: Graph, rules, mesh: Mesh) -> MutationScore:
+    """Verify and simulate every mutant of `dist`."""
+    from .relations import input_relations, output_relations
+    from .simulate import NotSimulable, simulate
+    from .verify import Limits, verify_graphs
+
+    inputs = input_relations(base, dist, mesh, None)
+    outputs = output_relations(base, dist, mesh, None)
+    result = MutationScore()
+    for mutant in mutants(dist, mesh):
+        result.tried += 1
+        outs = [replace(r, dist_id=mutant.graph.outputs[i]) for i, r in enumerate(outputs)]
+        try:
+            mismatch = simulate(base, mutant.graph, mesh, inputs, outs, seed=1)
+        except (NotSimulable, ValueError, IndexError):
+            result.not_simulable += 1
+            continue
+        if mismatch is None:
+            continue
+        result.differing += 1
+        report = verify_graphs(base, mutant.graph, rules, mesh, limits=Limits(simulate=False))
+        if report.verdict == "equivalent":
+            result.wrongly_proved.append(f"{dist.path}: {mutant.description}")
+        else:
+            result.caught += 1
+    return result

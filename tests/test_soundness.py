@@ -1,0 +1,103 @@
+"""Soundness: the simulator as ground truth for verdicts, mutants and refinement."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import MLP, REPO
+from scalify.compiler.compile import compile_rule_dir
+
+from scalify.frontends import load_graph
+from scalify.mesh import parse_mesh
+from scalify.mutate import MutationScore, score
+from scalify.mutation_corpus import case_pairs, hlo_pairs
+from scalify.relations import input_relations, output_relations
+from scalify.simulate import simulate
+
+HLO = MLP / "hlo"
+
+
+def test_no_differing_mutant_is_proved_equivalent():
+    rules = compile_rule_dir(REPO / "rules")
+    total = MutationScore()
+    for _, base, dist, mesh in [*case_pairs(REPO / "rules"), *hlo_pairs(HLO)]:
+        total.add(score(base, dist, rules, mesh))
+    print(total.line())
+    assert total.wrongly_proved == []
+    assert total.differing >= 100
+    assert total.caught == total.differing
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [
+        "tp",
+        "tp_bias_before_allreduce",
+        "tp_wrong_groups",
+        "tp_missing_allreduce",
+        "tp_double_allreduce",
+    ],
+)
+def test_verdict_agrees_with_simulation(cli, variant):
+    base = load_graph(str(HLO / "baseline.hlo"))
+    dist = load_graph(str(HLO / f"{variant}.hlo"))
+    mesh = parse_mesh("dp=2,tp=4")
+    mismatch = simulate(
+        base,
+        dist,
+        mesh,
+        input_relations(base, dist, mesh, None),
+        output_relations(base, dist, mesh, None),
+    )
+    report = json.loads(
+        cli(
+            "verify", str(HLO / "baseline.hlo"), str(HLO / f"{variant}.hlo"), "--format", "json"
+        ).out
+    )
+    if mismatch is None:
+        assert report["verdict"] == "equivalent"
+    else:
+        assert report["verdict"] == "not_equivalent"
+        assert report["counterexample"].startswith("output 0 on device")
+
+
+UNPROVED_BUT_RIGHT = """\
+# The distributed graph doubles with an add where the baseline multiplies by 2: right, but no
+# rule says x + x == 2x.
+--- baseline
+HloModule b
+ENTRY main {
+  x = f32[8,4] parameter(0)
+  two = f32[] constant(2)
+  t = f32[8,4] broadcast(two), dimensions={}
+  ROOT y = f32[8,4] multiply(x, t)
+}
+--- distributed
+HloModule d
+ENTRY main {
+  x = f32[8,4] parameter(0)
+  ROOT y = f32[8,4] add(x, x)
+}
+"""
+
+
+def test_unproved_but_numerically_equal_is_unknown(cli, tmp_path):
+    base_text, dist_text = UNPROVED_BUT_RIGHT.split("--- distributed\n")
+    (tmp_path / "b.hlo").write_text(base_text.split("--- baseline\n")[1])
+    (tmp_path / "d.hlo").write_text(dist_text)
+    result = cli(
+        "verify",
+        str(tmp_path / "b.hlo"),
+        str(tmp_path / "d.hlo"),
+        "--mesh",
+        "tp=2",
+        "--format",
+        "json",
+    )
+    report = json.loads(result.out)
+    assert result.code == 1
+    assert report["verdict"] == "unknown"
+    assert report["counterexample"] == ""
+    assert any("agree numerically" in note for note in report["notes"])
+    assert report["suspects"][0]["node"] == "y"
