@@ -55,6 +55,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="do not run small graphs numerically to confirm a mismatch",
     )
 
+    sim = commands.add_parser("simulate", help="run both graphs numerically on random inputs "
+                              "(small shapes) and compare their outputs")
+    sim.add_argument("baseline")
+    sim.add_argument("distributed")
+    sim.add_argument("--mesh")
+    sim.add_argument("--relations")
+    sim.add_argument("--seed", type=int, default=0)
+
     rules = commands.add_parser("rules", help="work with rule files")
     rule_commands = rules.add_subparsers(dest="rules_command", required=True, parser_class=_Parser)
     lint = rule_commands.add_parser("lint", help="compile rules, check goldens, run cases")
@@ -100,6 +108,28 @@ def _verify(args: argparse.Namespace) -> int:
     return report.exit_code
 
 
+def _simulate(args: argparse.Namespace) -> int:
+    from .frontends import load_graph
+    from .relations import input_relations, output_relations, read_relations_file
+    from .simulate import NotSimulable, simulate
+    from .verify import choose_mesh
+
+    base, dist = load_graph(args.baseline), load_graph(args.distributed)
+    given = read_relations_file(args.relations) if args.relations else None
+    mesh = choose_mesh(args.mesh, dist, given)
+    inputs = input_relations(base, dist, mesh, given)
+    outputs = output_relations(base, dist, mesh, given)
+    try:
+        mismatch = simulate(base, dist, mesh, inputs, outputs, seed=args.seed)
+    except NotSimulable as why:
+        raise ScalifyError(f"cannot simulate: {why}", args.distributed) from None
+    if mismatch:
+        print(f"outputs differ (mesh {mesh}, seed {args.seed}): {mismatch.describe()}")
+        return 1
+    print(f"outputs agree on random inputs (mesh {mesh}, seed {args.seed})")
+    return 0
+
+
 def _lint(args: argparse.Namespace) -> int:
     from .lint import lint_rules
 
@@ -131,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "verify":
             return _verify(args)
+        if args.command == "simulate":
+            return _simulate(args)
         if args.rules_command == "lint":
             return _lint(args)
         return _compile(args)

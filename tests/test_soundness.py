@@ -101,3 +101,10 @@ def test_unproved_but_numerically_equal_is_unknown(cli, tmp_path):
     assert report["counterexample"] == ""
     assert any("agree numerically" in note for note in report["notes"])
     assert report["suspects"][0]["node"] == "y"
+
+
+def test_simulate_command(cli):
+    good = cli("simulate", str(HLO / "baseline.hlo"), str(HLO / "tp.hlo"))
+    assert good.code == 0 and "outputs agree" in good.out
+    bad = cli("simulate", str(HLO / "baseline.hlo"), str(HLO / "tp_double_allreduce.hlo"))
+    assert bad.code == 1 and "outputs differ" in bad.out
