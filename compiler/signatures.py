@@ -19,6 +19,8 @@ OP_ATTRS: dict[str, dict[str, str]] = {
     "reduce": {"op": "S"},
     "compare": {"direction": "S"},
     "concatenate": {"dim": "I"},
+    "merge": {"dim": "I", "inner": "I"},
+    "split": {"dim": "I", "inner": "I"},
 }
 
 OP_ARITY: dict[str, tuple[int, ...]] = {
@@ -31,6 +33,8 @@ OP_ARITY: dict[str, tuple[int, ...]] = {
     "reduce": (1, 2),
     "broadcast": (1,),
     "reshape": (1,),
+    "merge": (1,),
+    "split": (1,),
     "transpose": (1,),
     "slice": (1,),
     "concatenate": (2, 3),

@@ -22,8 +22,119 @@ def _is_identity(node: Node, operand: Node) -> bool:
     return False
 
 
+def reshape_groups(
+    source: tuple[int, ...], target: tuple[int, ...]
+) -> list[tuple[list[int], list[int]]]:
+    """Pair runs of source dims with runs of target dims of equal size (a reshape only
+    merges and splits contiguous dims). Size-1 dims join a neighbouring run."""
+    groups: list[tuple[list[int], list[int]]] = []
+    i = j = 0
+    while i < len(source) and j < len(target):
+        si, sj = [i], [j]
+        ps, pt = source[i], target[j]
+        while ps != pt:
+            if ps < pt:
+                i += 1
+                ps *= source[i]
+                si.append(i)
+            else:
+                j += 1
+                pt *= target[j]
+                sj.append(j)
+        groups.append((si, sj))
+        i, j = i + 1, j + 1
+    if groups:
+        groups[-1][0].extend(range(i, len(source)))
+        groups[-1][1].extend(range(j, len(target)))
+    elif source or target:
+        groups.append((list(range(len(source))), list(range(len(target)))))
+    return groups
+
+
+def _decompose_reshape(node: Node, operand: Node, next_id: int) -> list[Node]:
+    """A reshape as primitive view steps: `merge` (dims p and p+1 into one) and `split` (dim
+    p into an outer dim and an inner dim of size `inner`). Keys then name the inner sizes
+    only, which a shard on the outer factor leaves unchanged."""
+    if not operand.shape or not node.shape:
+        return [node]
+    steps: list[Node] = []
+    shape = list(operand.shape)
+    current = operand.id
+    position = 0
+
+    def emit(op: str, attrs: dict, new_shape: list[int]) -> None:
+        nonlocal current, next_id
+        steps.append(
+            Node(
+                next_id,
+                op,
+                (current,),
+                tuple(new_shape),
+                node.dtype,
+                attrs,
+                node.loc,
+                f"{node.name}.{op}{len(steps)}",
+                node.framework_op,
+            )
+        )
+        current = next_id
+        next_id += 1
+
+    for si, sj in reshape_groups(operand.shape, node.shape):
+        for _ in range(len(si) - 1):
+            inner = shape[position + 1]
+            merged = shape[:position] + [shape[position] * inner] + shape[position + 2 :]
+            emit("merge", {"dim": position, "inner": inner}, merged)
+            shape = merged
+        for k in range(len(sj) - 1):
+            inner = 1
+            for d in sj[k + 1 :]:
+                inner *= node.shape[d]
+            size = shape[position + k]
+            split = shape[: position + k] + [size // inner, inner] + shape[position + k + 1 :]
+            emit("split", {"dim": position + k, "inner": inner}, split)
+            shape = split
+        position += len(sj)
+    if tuple(shape) != node.shape or not steps:
+        return [
+            Node(
+                node.id,
+                node.op,
+                node.operands,
+                node.shape,
+                node.dtype,
+                node.attrs,
+                node.loc,
+                node.name,
+                node.framework_op,
+            )
+        ]
+    steps[-1].id = node.id
+    if len(steps) > 1:
+        steps[-1].operands = (steps[-2].id,)
+    steps[-1].name = node.name
+    return steps
+
+
 def canonicalize(graph: Graph) -> Graph:
-    """Drop identity ops, fold reshape chains, and prune what no output uses."""
+    """Drop identity ops, fold reshape chains, split reshapes into merge/split steps, and
+    prune what no output uses."""
+    _fold(graph)
+    next_id = max(graph.nodes, default=-1) + 1
+    nodes: dict[int, Node] = {}
+    for node in graph.nodes.values():
+        if node.op != "reshape":
+            nodes[node.id] = node
+            continue
+        steps = _decompose_reshape(node, nodes[node.operands[0]], next_id)
+        next_id += len(steps)
+        for step in steps:
+            nodes[step.id] = step
+    graph.nodes = nodes
+    return graph
+
+
+def _fold(graph: Graph) -> Graph:
     alias: dict[int, int] = {}
     nodes: dict[int, Node] = {}
     for node in graph.nodes.values():

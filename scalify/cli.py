@@ -55,8 +55,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="do not run small graphs numerically to confirm a mismatch",
     )
 
-    sim = commands.add_parser("simulate", help="run both graphs numerically on random inputs "
-                              "(small shapes) and compare their outputs")
+    sim = commands.add_parser(
+        "simulate",
+        help="run both graphs numerically on random inputs "
+        "(small shapes) and compare their outputs",
+    )
     sim.add_argument("baseline")
     sim.add_argument("distributed")
     sim.add_argument("--mesh")

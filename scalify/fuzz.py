@@ -11,6 +11,7 @@ unsound rule, reported with its name, source, seed and the instance.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -112,7 +113,14 @@ class _Builder:
         return tuple(placements[i] for i in order)
 
     def _add(
-        self, op: str, operands: tuple[int, ...], base_shape, dist_shape, dtype: str, attrs: dict
+        self,
+        op: str,
+        operands: tuple[int, ...],
+        base_shape,
+        dist_shape,
+        dtype: str,
+        attrs: dict,
+        dist_attrs: dict | None = None,
     ) -> int:
         node_id = len(self.base)
         name = f"n{node_id}"
@@ -120,7 +128,13 @@ class _Builder:
             node_id, op, operands, tuple(base_shape), dtype, dict(attrs), name=name
         )
         self.dist[node_id] = Node(
-            node_id, op, operands, tuple(dist_shape), dtype, dict(attrs), name=name
+            node_id,
+            op,
+            operands,
+            tuple(dist_shape),
+            dtype,
+            dict(attrs if dist_attrs is None else dist_attrs),
+            name=name,
         )
         return node_id
 
@@ -138,34 +152,41 @@ class _Builder:
         self.lines.append(f"n{node_id}: {dtype}{list(shape)} ~ {layout_str(layout)}")
         return node_id
 
-    def op(self, op: str, operands: tuple[int, ...], dtype: str, attrs: dict) -> int:
-        shapes = []
+    def op(
+        self,
+        op: str,
+        operands: tuple[int, ...],
+        dtype: str,
+        attrs: dict,
+        per_side: Callable[[dict[int, Node]], tuple[dict, tuple | None]] | None = None,
+    ) -> int:
+        """Add `op` to both graphs. `per_side(nodes)` gives attributes and the output shape
+        for ops whose attributes depend on a side's sizes (broadcast, merge, split, slice)."""
+        made = []
         for side in (self.base, self.dist):
-            probe = Node(-1, op, operands, (), dtype, attrs)
-            args = [host(np.zeros(side[o].shape), side[o].dtype) for o in operands]
+            side_attrs, shape = dict(attrs), None
+            if per_side:
+                extra, shape = per_side(side)
+                side_attrs.update(extra)
+            probe = Node(-1, op, operands, tuple(shape or ()), dtype, side_attrs)
             if op in COLLECTIVE_OPS:
-                shapes.append(_collective_shape(probe, side[operands[0]].shape, self.mesh))
-                continue
-            if op == "broadcast":
-                probe.shape = attrs.pop(
-                    "_shape_base" if side is self.base else "_shape_dist", None
-                ) or attrs.get("_shape")
-            try:
-                shapes.append(apply(probe, args, [side[o].dtype for o in operands]).shape)
-            except (
-                ValueError,
-                IndexError,
-                TypeError,
-            ) as err:  # ill-typed draw: reject the instance
-                raise NotSimulable(f"ill-typed instance: {err}") from None
-        attrs = {k: v for k, v in attrs.items() if not k.startswith("_")}
-        for side in (self.base, self.dist):
-            _check_types(op, attrs, [side[o].shape for o in operands])
-        node_id = self._add(op, operands, shapes[0], shapes[1], dtype, attrs)
+                shape = _collective_shape(probe, side[operands[0]].shape, self.mesh)
+            else:
+                args = [host(np.zeros(side[o].shape), side[o].dtype) for o in operands]
+                try:
+                    shape = apply(probe, args, [side[o].dtype for o in operands]).shape
+                except (ValueError, IndexError, TypeError) as err:
+                    raise NotSimulable(f"ill-typed instance: {err}") from None
+            _check_types(op, side_attrs, [side[o].shape for o in operands])
+            made.append(({k: v for k, v in side_attrs.items() if not k.startswith("_")}, shape))
+        (base_attrs, base_shape), (dist_attrs, dist_shape) = made
+        node_id = self._add(op, operands, base_shape, dist_shape, dtype, base_attrs, dist_attrs)
         if op in COLLECTIVE_OPS:  # the baseline has no collective: it is the operand itself
             del self.base[node_id]
             self.base_output = operands[0]
-        self.lines.append(f"n{node_id} = {op}{attrs or ''}({', '.join(f'n{o}' for o in operands)})")
+        shown = base_attrs if base_attrs == dist_attrs else f"{base_attrs} / local {dist_attrs}"
+        args = ", ".join(f"n{o}" for o in operands)
+        self.lines.append(f"n{node_id} = {op}{shown or ''}({args})")
         return node_id
 
     def fill(self, shape: tuple[int, ...], dist_shape: tuple[int, ...], dtype: str) -> int:
@@ -253,7 +274,8 @@ def _broadcast_operand(b: _Builder, shape, out_layout: Layout, dtype: str) -> in
         "broadcast",
         (x,),
         dtype,
-        {"dims": tuple(keep), "_shape_base": shape, "_shape_dist": dist_shape},
+        {"dims": tuple(keep)},
+        lambda side: ({}, shape if side is b.base else dist_shape),
     )
 
 
@@ -320,8 +342,95 @@ def _broadcast(b: _Builder) -> int:
         "broadcast",
         (x,),
         "f32",
-        {"dims": dims, "_shape_base": tuple(out), "_shape_dist": tuple(local)},
+        {"dims": dims},
+        lambda side: ({}, tuple(out) if side is b.base else tuple(local)),
     )
+
+
+def _merge(b: _Builder) -> int:
+    if b.hint(0) == "op:split":
+        b.hints = []
+        x = _split(b)
+        p = (
+            b.base[x].attrs["dim"]
+            if b.rng.random() < 0.8
+            else int(b.rng.integers(len(b.base[x].shape) - 1))
+        )
+        return _merge_of(b, x, p)
+    rank = int(b.rng.integers(2, 4))
+    x = b.input(
+        tuple(b.size() for _ in range(rank)), "f32", b.operand_layout(0, rank, b.layout(rank))
+    )
+    return _merge_of(b, x, int(b.rng.integers(rank - 1)))
+
+
+def _merge_of(b: _Builder, x: int, p: int) -> int:
+    def per_side(side):
+        shape = side[x].shape
+        merged = shape[:p] + (shape[p] * shape[p + 1],) + shape[p + 2 :]
+        return {"dim": p, "inner": shape[p + 1]}, merged
+
+    return b.op("merge", (x,), "f32", {}, per_side)
+
+
+def _split(b: _Builder) -> int:
+    if b.hint(0) == "op:merge":
+        b.hints = []
+        x = _merge(b)
+        p = b.base[x].attrs["dim"]
+        merged_inner = b.base[x].attrs["inner"]
+        divisors = [q for q in range(1, b.base[x].shape[p] + 1) if b.base[x].shape[p] % q == 0]
+        q = merged_inner if b.rng.random() < 0.8 else divisors[int(b.rng.integers(len(divisors)))]
+        return _split_of(b, x, p, q)
+    rank = int(b.rng.integers(1, 3))
+    shape = [b.size() for _ in range(rank)]
+    p = int(b.rng.integers(rank))
+    shape[p] *= b.unit
+    x = b.input(tuple(shape), "f32", b.operand_layout(0, rank, b.layout(rank)))
+    divisors = [q for q in range(1, shape[p] + 1) if shape[p] % q == 0]
+    return _split_of(b, x, p, divisors[int(b.rng.integers(len(divisors)))])
+
+
+def _split_of(b: _Builder, x: int, p: int, q: int) -> int:
+    keep_inner = b.rng.random() < 0.8
+
+    def per_side(side):
+        size = side[x].shape[p]
+        local_q = (
+            q
+            if size % q == 0 and keep_inner
+            else max(d for d in range(1, size + 1) if size % d == 0 and d <= q)
+        )
+        out = side[x].shape[:p] + (size // local_q, local_q) + side[x].shape[p + 1 :]
+        return {"dim": p, "inner": local_q}, out
+
+    return b.op("split", (x,), "f32", {}, per_side)
+
+
+def _slice(b: _Builder) -> int:
+    rank = int(b.rng.integers(1, 4))
+    x = b.input(
+        tuple(b.size() for _ in range(rank)), "f32", b.operand_layout(0, rank, b.layout(rank))
+    )
+    d = int(b.rng.integers(rank))
+    start = int(b.rng.integers(b.base[x].shape[d] // 2 + 1))
+
+    def per_side(side):
+        shape = side[x].shape
+        starts = [0] * rank
+        starts[d] = min(start, shape[d] - 1)
+        return {"starts": tuple(starts), "limits": tuple(shape), "strides": (1,) * rank}, None
+
+    return b.op("slice", (x,), "f32", {}, per_side)
+
+
+def _concatenate(b: _Builder) -> int:
+    rank = int(b.rng.integers(1, 4))
+    shape = tuple(b.size() for _ in range(rank))
+    layout = b.operand_layout(0, rank, b.layout(rank))
+    x = b.input(shape, "f32", layout)
+    y = b.input(shape, "f32", b.operand_layout(1, rank, layout))
+    return b.op("concatenate", (x, y), "f32", {"dim": int(b.rng.integers(rank))})
 
 
 def _transpose(b: _Builder) -> int:
@@ -392,6 +501,10 @@ def generate(op: str, rng: np.random.Generator, hints: list[str | None] | None =
         out = _broadcast(b)
     elif op == "transpose":
         out = _transpose(b)
+    elif op in ("merge", "split", "slice", "concatenate"):
+        out = {"merge": _merge, "split": _split, "slice": _slice, "concatenate": _concatenate}[op](
+            b
+        )
     elif op == "convert":
         out = _convert(b)
     elif op in COLLECTIVE_OPS:
@@ -423,6 +536,8 @@ def operand_hints(rule) -> list[str | None]:
                 kind = "splat"
             elif atom.startswith(f'(= {var} (Op1 "broadcast"'):
                 kind = "broadcast"
+            elif atom.startswith(f"(= {var} (Op1 "):
+                kind = "op:" + atom.split()[3].strip('"')
         hints.append(kind)
     return hints
 

@@ -81,6 +81,12 @@ def _dim_maps(node: Node, ranks: list[int], out_rank: int) -> list[list[int]]:
         return [[-1 if d in sliced else d for d in range(ranks[0])]]
     if op == "concatenate":
         return [[-1 if d == a["dim"] else d for d in range(r)] for r in ranks]
+    if op == "merge":  # dims p, p+1 -> p: only a shard of the outer dim stays a shard
+        p = a["dim"]
+        return [[d if d <= p else (-1 if d == p + 1 else d - 1) for d in range(ranks[0])]]
+    if op == "split":  # dim p -> (p, p+1): a shard of it lands on the outer part
+        p = a["dim"]
+        return [[d if d <= p else d + 1 for d in range(ranks[0])]]
     return []
 
 
@@ -120,6 +126,11 @@ def node_signature(
     elif node.op == "reshape":
         parts.append(f"from={_ints(operands[0].shape)}")
         parts.append(f"to={_ints(node.shape)}")
+    elif node.op in ("merge", "split"):
+        parts.append(f"dim={a['dim']}")
+        parts.append(f"inner={a['inner']}")
+        sig.attrs_i["dim"] = int(a["dim"])
+        sig.attrs_i["inner"] = int(a["inner"])
     elif node.op == "slice":
         sliced = []
         for d, (start, limit, stride) in enumerate(

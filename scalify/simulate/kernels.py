@@ -212,7 +212,7 @@ def apply(node: Node, args: list[np.ndarray], operand_dtypes: list[str]) -> np.n
         return _reduce(node, args)
     if op == "broadcast":
         return _broadcast(node, args[0])
-    if op == "reshape":
+    if op in ("reshape", "merge", "split"):
         return args[0].reshape(node.shape)
     if op == "transpose":
         return np.transpose(args[0], node.attrs["perm"])
