@@ -134,21 +134,61 @@ def canonicalize(graph: Graph) -> Graph:
     return graph
 
 
+def _only_adds_unit_dims(node: Node) -> bool:
+    """A broadcast that only inserts size-1 dims, in order, is a reshape."""
+    if node.op != "broadcast":
+        return False
+    dims = tuple(node.attrs["dims"])
+    new = [d for d in range(len(node.shape)) if d not in dims]
+    return list(dims) == sorted(dims) and all(node.shape[d] == 1 for d in new)
+
+
+def _squeeze_broadcast(node: Node, operand: Node, next_id: int) -> Node | None:
+    """Broadcasting a size-1 dim is broadcasting along a new dim: drop the operand's unit
+    dims first (a reshape that usually cancels the reshape that made them), so `x[None]`
+    broadcasts and plain broadcasts of the same data get the same form."""
+    unit = [i for i, size in enumerate(operand.shape) if size == 1]
+    if not unit:
+        return None
+    kept = tuple(size for i, size in enumerate(operand.shape) if size != 1)
+    node.attrs = {**node.attrs, "dims": tuple(d for i, d in enumerate(node.attrs["dims"])
+                                              if i not in unit)}
+    squeezed = Node(next_id, "reshape", (operand.id,), kept, operand.dtype, {}, node.loc,
+                    f"{node.name}.squeeze", node.framework_op)
+    node.operands = (next_id,)
+    return squeezed
+
+
 def _fold(graph: Graph) -> Graph:
     alias: dict[int, int] = {}
     nodes: dict[int, Node] = {}
-    for node in graph.nodes.values():
+    next_id = max(graph.nodes, default=-1) + 1
+
+    def add(node: Node) -> None:
         operands = tuple(alias.get(o, o) for o in node.operands)
         node.operands = operands
+        if _only_adds_unit_dims(node):
+            node.op, node.attrs = "reshape", {}
         if len(operands) == 1 and _is_identity(node, nodes[operands[0]]):
             alias[node.id] = operands[0]
-            continue
+            return
         if node.op == "reshape" and nodes[operands[0]].op == "reshape":
             node.operands = nodes[operands[0]].operands
             if node.shape == nodes[node.operands[0]].shape:
                 alias[node.id] = node.operands[0]
-                continue
+                return
         nodes[node.id] = node
+
+    for node in graph.nodes.values():
+        operand = nodes.get(alias.get(node.operands[0], node.operands[0])) \
+            if node.operands else None
+        if node.op == "broadcast" and operand is not None and not _is_identity(node, operand):
+            squeeze = _squeeze_broadcast(node, nodes[alias.get(node.operands[0],
+                                                                node.operands[0])], next_id)
+            if squeeze is not None:
+                next_id += 1
+                add(squeeze)
+        add(node)
     outputs = [alias.get(o, o) for o in graph.outputs]
     live = set(outputs) | set(graph.inputs)
     for node in reversed(list(nodes.values())):

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from .compiler.compile import CompiledRuleSet
 from .errors import ScalifyError
-from .frontends.hlo import parse_hlo
+from .frontends import parse_graph_text
 from .mesh import parse_mesh
 from .report.model import EQUIVALENT, Report
 from .verify import verify_graphs
@@ -80,8 +80,8 @@ def _names(text: str) -> list[str]:
 
 def run_case(case: Case, rules: CompiledRuleSet) -> tuple[Report, list[str]]:
     """Verify a case; returns the report and the list of broken promises (empty = pass)."""
-    base = parse_hlo(case.baseline, case.path)
-    dist = parse_hlo(case.distributed, case.path)
+    base = parse_graph_text(case.baseline, case.path)
+    dist = parse_graph_text(case.distributed, case.path)
     mesh = parse_mesh(case.header.get("mesh", "tp=4"))
     report = verify_graphs(base, dist, rules, mesh)
     problems = []

@@ -565,15 +565,10 @@ def check_instance(
     """
     from .verify import Limits, prove
 
-    proven, stats = prove(
-        instance.base,
-        instance.dist,
-        program,
-        instance.mesh,
-        instance.inputs,
-        Limits(max_rounds=30, simulate=False),
-    )
-    fired = stats.rule_matches.get(rule_name, 0) > 0
+    proof = prove(instance.base, instance.dist, program, instance.mesh, instance.inputs,
+                  Limits(max_rounds=30, simulate=False))
+    proven = proof.relations
+    fired = proof.stats.rule_matches.get(rule_name, 0) > 0
     unchecked = shape_free_nodes(instance.dist)
     rng = np.random.default_rng(seed)
     base_inputs = {i: random_input(instance.base.node(i), rng) for i in instance.base.inputs}

@@ -6,8 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from .cases import read_case
-from .frontends import load_graph
-from .frontends.hlo import parse_hlo
+from .frontends import load_graph, parse_graph_text
 from .ir import Graph
 from .mesh import Mesh, parse_mesh
 from .verify import choose_mesh
@@ -20,8 +19,8 @@ def case_pairs(rules_dir: Path) -> Iterator[tuple[str, Graph, Graph, Mesh]]:
         if case.header["expect"] == "equivalent":
             yield (
                 str(path),
-                parse_hlo(case.baseline, case.path),
-                parse_hlo(case.distributed, case.path),
+                parse_graph_text(case.baseline, case.path),
+                parse_graph_text(case.distributed, case.path),
                 parse_mesh(case.header.get("mesh", "tp=4")),
             )
 

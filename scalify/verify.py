@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .compiler.compile import CompiledRuleSet, compile_rule_dir
-from .engine.decode import proven_relations
+from .engine.decode import proven_relations, replicated_nodes
+from .engine.egraph import RunStats
 from .engine.egraph import EGraphSession
 from .engine.encode import (
     GraphEncoder,
@@ -71,11 +72,12 @@ def verify_graphs(
     outputs = output_relations(base, dist, mesh, given)
 
     start = time.perf_counter()
-    proven, stats = prove(base, dist, rules.program(), mesh, inputs, limits)
+    proof = prove(base, dist, rules.program(), mesh, inputs, limits)
+    stats = proof.stats
     timings["prove"] = time.perf_counter() - start
 
     start = time.perf_counter()
-    results, suspects, definite = _decide(base, dist, mesh, outputs, proven)
+    results, suspects, definite = _decide(base, dist, mesh, outputs, proof)
     timings["localise"] = time.perf_counter() - start
 
     notes = []
@@ -161,7 +163,7 @@ def prove(
     """Both graphs, the input relations and the rules in one e-graph, run to saturation.
 
     Returns what was proven for each distributed node and the run's statistics.
-    """
+    """  # noqa: D401
     session = EGraphSession()
     signatures: dict = {}
     commands = vocabulary_facts(mesh, [base, dist])
@@ -172,10 +174,21 @@ def prove(
     commands += [f"(union $d{r.dist_id} {layout_term(f'$b{r.base_id}', r.layout)})" for r in inputs]
     session.feed(commands)
     stats = session.saturate(limits.max_rounds, limits.node_limit)
-    return proven_relations(session), stats
+    return Proof(proven_relations(session), replicated_nodes(session), stats)
 
 
-def _decide(base: Graph, dist: Graph, mesh: Mesh, outputs: list[Relation], proven):
+@dataclass
+class Proof:
+    """What saturation established: layouts over baseline nodes, and which distributed nodes
+    are the same on every device (replicated) even without a baseline node."""
+
+    relations: dict
+    replicated: set[int]
+    stats: RunStats
+
+
+def _decide(base: Graph, dist: Graph, mesh: Mesh, outputs: list[Relation], proof: Proof):
+    proven = proof.relations
     results = []
     failing = []
     for index, rel in enumerate(outputs):
@@ -202,7 +215,8 @@ def _decide(base: Graph, dist: Graph, mesh: Mesh, outputs: list[Relation], prove
             failing.append((rel, layouts))
     if not failing:
         return results, [], False
-    findings = frontier(dist, base, proven, mesh)
+    findings = frontier(dist, base, proven, mesh, proof.replicated) or frontier(
+        dist, base, proven, mesh, set())
     suspects = [_suspect(f.node, f.reason, f.operands) for f in findings]
     definite = any(f.definite for f in findings)
     for rel, layouts in failing:

@@ -47,3 +47,8 @@ def proven_relations(session: EGraphSession) -> dict[int, set[tuple[Layout, int]
         base_id = session.i64(row.inputs[2])
         result[dist_id].add((decode(row.inputs[1]), base_id))
     return result
+
+
+def replicated_nodes(session: EGraphSession) -> set[int]:
+    """Distributed nodes that are the same on every device (the DistBase table)."""
+    return {session.i64(row.inputs[0]) for row in session.table("DistBase")}

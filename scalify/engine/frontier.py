@@ -33,8 +33,9 @@ def _is_literal(node: Node, graph: Graph) -> bool:
     return node.op == "broadcast" and all(_is_literal(graph.node(o), graph) for o in node.operands)
 
 
-def related(node_id: int, graph: Graph, proven: Proven) -> bool:
-    return node_id in proven or _is_literal(graph.node(node_id), graph)
+def related(node_id: int, graph: Graph, proven: Proven, replicated: set[int]) -> bool:
+    return (node_id in proven or node_id in replicated
+            or _is_literal(graph.node(node_id), graph))
 
 
 def describe(node_id: int, dist: Graph, base: Graph, proven: Proven) -> str:
@@ -141,13 +142,19 @@ def _layouts_text(layouts: list[Layout]) -> str:
     return " | ".join(sorted({layout_str(canonical(lay)) for lay in layouts})) or "unrelated"
 
 
-def frontier(dist: Graph, base: Graph, proven: Proven, mesh: Mesh) -> list[Finding]:
-    """Unrelated distributed nodes all of whose operands are related, in graph order."""
+def frontier(dist: Graph, base: Graph, proven: Proven, mesh: Mesh,
+             replicated: set[int]) -> list[Finding]:
+    """Unrelated distributed nodes all of whose operands are related, in graph order.
+
+    `replicated` nodes (the same on every device, computable from baseline values) count as
+    related: a relayout of a replicated constant is not where a bug starts. Callers retry with
+    an empty set when that finds nothing, so a replicated value that differs from the
+    baseline is still localised."""
     findings = []
     for node in dist.nodes.values():
-        if node.op == "parameter" or related(node.id, dist, proven):
+        if node.op == "parameter" or related(node.id, dist, proven, replicated):
             continue
-        if all(related(o, dist, proven) for o in node.operands):
+        if all(related(o, dist, proven, replicated) for o in node.operands):
             reason, definite = _explain(node, dist, proven, mesh)
             operands = [describe(o, dist, base, proven) for o in node.operands]
             findings.append(Finding(node, reason, definite, operands))

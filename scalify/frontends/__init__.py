@@ -19,9 +19,7 @@ def load_graph(path: str) -> Graph:
     except (OSError, UnicodeDecodeError) as err:
         raise ScalifyError(f"cannot read graph file: {err}", path) from None
     if text.lstrip().startswith("HloModule"):
-        from .hlo import parse_hlo
-
-        return canonicalize(parse_hlo(text, path))
+        return parse_graph_text(text, path)
     raise ScalifyError(
         "unrecognised graph file: expected HLO text starting with `HloModule`",
         path,
@@ -29,3 +27,10 @@ def load_graph(path: str) -> Graph:
         1,
         text.splitlines()[0] if text.strip() else "",
     )
+
+
+def parse_graph_text(text: str, path: str) -> Graph:
+    """HLO text to canonical IR (what every consumer of graphs should call)."""
+    from .hlo import parse_hlo
+
+    return canonicalize(parse_hlo(text, path))

@@ -1,0 +1,38 @@
+"""Llama-3.1 shapes: the published 8B/70B/405B configs and a tiny one for tests.
+
+Only the shapes the forward pass needs; Llama-3.1's RoPE frequency scaling (factor 8) is
+left out, so `rope_theta` alone sets the rotary frequencies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class LlamaConfig:
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    ffn: int
+    vocab: int
+    rope_theta: float = 500_000.0
+    rms_eps: float = 1e-5
+
+
+CONFIGS: dict[str, LlamaConfig] = {
+    "tiny": LlamaConfig(
+        layers=2, hidden=64, heads=8, kv_heads=4, head_dim=8, ffn=128, vocab=256
+    ),
+    "8b": LlamaConfig(
+        layers=32, hidden=4096, heads=32, kv_heads=8, head_dim=128, ffn=14336, vocab=128256
+    ),
+    "70b": LlamaConfig(
+        layers=80, hidden=8192, heads=64, kv_heads=8, head_dim=128, ffn=28672, vocab=128256
+    ),
+    "405b": LlamaConfig(
+        layers=126, hidden=16384, heads=128, kv_heads=8, head_dim=128, ffn=53248, vocab=128256
+    ),
+}

@@ -1,0 +1,190 @@
+"""Export the Llama example as HLO text: the baseline and each tensor-parallel variant.
+
+Usage: python examples/llama/export.py --out DIR [--config tiny|8b|70b|405b] [--tp 4]
+       [--layers N] [--seq 8] [--batch 2] [--bugs all|none|name,...]
+
+Arguments are ShapeDtypeStructs (with a NamedSharding for the tp variants), so even the
+405B config lowers without allocating a weight. The CLI sets XLA_FLAGS before jax is
+imported, because the host-platform device count is fixed at backend start-up;
+`export_all` imports jax lazily, so a caller that imports this module must have set
+XLA_FLAGS itself (tests use the CLI).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import re
+import sys
+from collections.abc import Callable, Sequence
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+REPO_ROOT = HERE.parents[1]
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+
+from config import CONFIGS, LlamaConfig  # noqa: E402
+
+
+def check_divisible(cfg: LlamaConfig, tp: int) -> None:
+    """The splits tp_llama assumes: heads, ffn and vocab by tp; kv heads by or into tp."""
+    bad = [n for n in ("heads", "ffn", "vocab") if getattr(cfg, n) % tp]
+    if cfg.kv_heads % tp and tp % cfg.kv_heads:
+        bad.append("kv_heads")
+    if bad:
+        raise ValueError(f"tp={tp} does not split {', '.join(bad)} of {cfg}")
+
+
+def no_op_reason(bug: str, cfg: LlamaConfig, tp: int) -> str | None:
+    """Why a bug variant computes exactly the correct result at this tp, or None.
+
+    Such a variant is not exported: there is nothing for the verifier to find.
+    """
+    local_heads = cfg.heads // tp
+    if tp == 1:
+        return "tp=1 has nothing to split"
+    if bug in ("heads_reshape_wrong_factor", "wrong_transpose") and local_heads == 1:
+        return f"one q head per device at tp={tp}: (heads, head_dim) order is moot"
+    if bug == "kv_heads_wrong_split":
+        group = cfg.heads // cfg.kv_heads
+        local_kv = max(local_heads // group, 1)
+        clamp = cfg.kv_heads - local_kv  # dynamic_slice clamps the start
+        if all(
+            min(i * local_heads % cfg.kv_heads, clamp) == i * local_heads // group
+            for i in range(tp)
+        ):
+            return f"the wrong kv start equals the right one on every device at tp={tp}"
+    return None
+
+
+def tp_function(
+    cfg: LlamaConfig, mesh: Any, bug: str | None, *, logits: bool = False
+) -> Callable[..., Any]:
+    """jit(shard_map(tp_llama)) on mesh: (params, tokens, targets) -> loss.
+
+    logits=True gives (params, tokens) -> logits split over "tp" on the vocab instead.
+    """
+    import jax
+    from jax.sharding import PartitionSpec as P
+    from model import tp_llama, tp_llama_logits, tp_param_specs
+
+    # check_vma=False: the buggy bodies break replication that out_specs claims, and JAX
+    # would reject them; proving the claim is Scalify's job, not the tracer's. It also
+    # keeps every psum a real all-reduce, so variants differ only by their bug.
+    if logits:
+        body = partial(tp_llama_logits, cfg=cfg, bug=bug)
+        in_specs: tuple[Any, ...] = (tp_param_specs(cfg), P())
+        out_specs = P(None, None, "tp")
+    else:
+        body = partial(tp_llama, cfg=cfg, bug=bug)
+        in_specs, out_specs = (tp_param_specs(cfg), P(), P()), P()
+    smap = jax.shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False)
+    return jax.jit(smap)
+
+
+def export_all(
+    out_dir: Path,
+    cfg: LlamaConfig,
+    tp: int,
+    seq: int = 8,
+    batch: int = 2,
+    bugs: Sequence[str] | None = None,
+) -> dict[str, Path]:
+    """Write baseline.hlo, tp.hlo and tp_<bug>.hlo to out_dir; return {name: path}.
+
+    bugs=None exports every variant in model.BUGS; pass () for none. A variant that is a
+    no-op at this tp (see `no_op_reason`) is skipped with a note on stderr.
+    """
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding
+    from model import BUGS, llama, param_shapes, tp_param_specs
+
+    if jax.device_count() < tp:
+        raise RuntimeError(
+            f"need {tp} devices, have {jax.device_count()}: set "
+            f"XLA_FLAGS=--xla_force_host_platform_device_count={tp} before importing jax"
+        )
+    check_divisible(cfg, tp)
+    bugs = BUGS if bugs is None else tuple(bugs)
+    unknown = set(bugs) - set(BUGS)
+    if unknown:
+        raise ValueError(f"unknown bugs {sorted(unknown)}; known: {', '.join(BUGS)}")
+
+    mesh = jax.make_mesh((tp,), ("tp",))
+    is_shape = lambda x: isinstance(x, tuple) and all(isinstance(n, int) for n in x)  # noqa: E731
+
+    # Abstract args only: lowering never allocates the weights.
+    shapes = param_shapes(cfg)
+    params = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s, jnp.float32), shapes, is_leaf=is_shape)
+    tokens = jax.ShapeDtypeStruct((batch, seq), jnp.int32)
+    sharded_params = jax.tree.map(
+        lambda s, spec: jax.ShapeDtypeStruct(s, jnp.float32, sharding=NamedSharding(mesh, spec)),
+        shapes,
+        tp_param_specs(cfg),
+        is_leaf=is_shape,
+    )
+    replicated = NamedSharding(mesh, jax.sharding.PartitionSpec())
+    sharded_tokens = jax.ShapeDtypeStruct((batch, seq), jnp.int32, sharding=replicated)
+
+    baseline_args = (params, tokens, tokens)
+    tp_args = (sharded_params, sharded_tokens, sharded_tokens)
+    variants = {
+        "baseline": (jax.jit(partial(llama, cfg=cfg)), baseline_args),
+        "tp": (tp_function(cfg, mesh, None), tp_args),
+    }
+    for bug in bugs:
+        reason = no_op_reason(bug, cfg, tp)
+        if reason:
+            print(f"skipping tp_{bug}: {reason}", file=sys.stderr)
+            continue
+        variants[f"tp_{bug}"] = (tp_function(cfg, mesh, bug), tp_args)
+
+    # Strip the repo root from source paths so FileNames reads "examples/llama/model.py"
+    # whatever the cwd; this is JAX's own option, the HLO text is not edited.
+    strip_root = "^" + re.escape(str(REPO_ROOT) + os.sep)
+    old_regex = jax.config.jax_hlo_source_file_canonicalization_regex
+    jax.config.update("jax_hlo_source_file_canonicalization_regex", strip_root)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        written: dict[str, Path] = {}
+        for name, (fn, args) in variants.items():
+            path = out_dir / f"{name}.hlo"
+            path.write_text(fn.lower(*args).as_text(dialect="hlo", debug_info=True))
+            written[name] = path
+    finally:
+        jax.config.update("jax_hlo_source_file_canonicalization_regex", old_regex)
+    return written
+
+
+def main(argv: list[str] | None = None) -> None:
+    """CLI entry: fix the device count, then export."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--config", choices=sorted(CONFIGS), default="tiny")
+    ap.add_argument("--tp", type=int, default=4)
+    ap.add_argument("--layers", type=int, help="override the config's layer count")
+    ap.add_argument("--seq", type=int, default=8)
+    ap.add_argument("--batch", type=int, default=2)
+    ap.add_argument("--bugs", default="all", help="all, none, or a comma-separated list")
+    a = ap.parse_args(argv)
+    cfg = CONFIGS[a.config]
+    if a.layers is not None:
+        cfg = dataclasses.replace(cfg, layers=a.layers)
+    bugs = {"all": None, "none": ()}.get(a.bugs, [b for b in a.bugs.split(",") if b])
+    if "jax" in sys.modules:
+        raise RuntimeError("jax was imported before XLA_FLAGS could be set")
+    os.environ["XLA_FLAGS"] = (
+        os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={a.tp}"
+    ).strip()
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    for path in export_all(a.out, cfg, a.tp, a.seq, a.batch, bugs).values():
+        print(path)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,257 @@
+"""Llama-3 forward pass and loss: a single-device baseline and its tensor-parallel body.
+
+`llama` is the reference Scalify checks against. `tp_llama` is the per-device body run
+under `jax.shard_map` on a 1-D ("tp",) mesh, Megatron style: vocab-parallel embedding,
+LM head and cross-entropy; q heads, o-proj rows and MLP gate/up columns and down rows split
+over "tp"; every reduction an explicit `lax.psum` / `lax.pmax`. Each `bug` variant changes
+exactly one line, tagged with a trailing BUG comment naming it, so the verifier's report can
+be checked against the line that computes the wrong operation.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import jax
+import jax.numpy as jnp
+from config import LlamaConfig
+from jax import Array, lax
+from jax.sharding import PartitionSpec as P
+
+Params = dict[str, Any]
+Bug = Literal[
+    "heads_reshape_wrong_factor",
+    "wrong_transpose",
+    "bias_before_allreduce",
+    "vocab_ce_on_gathered_logits",
+    "missing_mlp_allreduce",
+    "kv_heads_wrong_split",
+]
+BUGS: tuple[Bug, ...] = (
+    "heads_reshape_wrong_factor",
+    "wrong_transpose",
+    "bias_before_allreduce",
+    "vocab_ce_on_gathered_logits",
+    "missing_mlp_allreduce",
+    "kv_heads_wrong_split",
+)
+
+
+def param_shapes(cfg: LlamaConfig) -> Params:
+    """Global shape of every weight, as the params pytree both paths take."""
+    d, hd = cfg.hidden, cfg.head_dim
+    layer = {
+        "attn_norm": (d,),
+        "wq": (d, cfg.heads * hd),
+        "wk": (d, cfg.kv_heads * hd),
+        "wv": (d, cfg.kv_heads * hd),
+        "wo": (cfg.heads * hd, d),
+        "mlp_norm": (d,),
+        "w_gate": (d, cfg.ffn),
+        "w_up": (d, cfg.ffn),
+        "w_down": (cfg.ffn, d),
+    }
+    return {
+        "embed": (cfg.vocab, d),
+        "layers": [dict(layer) for _ in range(cfg.layers)],
+        "final_norm": (d,),
+        "lm_head": (d, cfg.vocab),
+    }
+
+
+def tp_param_specs(cfg: LlamaConfig) -> Params:
+    """How shard_map slices each weight over "tp" (the in_specs of `tp_llama`).
+
+    wk/wv stay whole: with GQA a device's q heads may share one kv head (kv_heads < tp),
+    so each device slices the kv heads it reads itself (see `tp_attention`).
+    """
+    layer = {
+        "attn_norm": P(),
+        "wq": P(None, "tp"),  # column-parallel: heads/tp q heads per device
+        "wk": P(),
+        "wv": P(),
+        "wo": P("tp", None),  # row-parallel over the same heads
+        "mlp_norm": P(),
+        "w_gate": P(None, "tp"),
+        "w_up": P(None, "tp"),
+        "w_down": P("tp", None),
+    }
+    return {
+        "embed": P("tp", None),  # vocab-parallel rows
+        "layers": [dict(layer) for _ in range(cfg.layers)],
+        "final_norm": P(),
+        "lm_head": P(None, "tp"),  # vocab-parallel columns
+    }
+
+
+# ---- pieces shared by both paths: identical elementwise code on both sides ----
+
+
+def rms_norm(x: Array, w: Array, eps: float) -> Array:
+    return x * lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + eps) * w
+
+
+def rope_tables(seq: int, cfg: LlamaConfig) -> tuple[Array, Array]:
+    """cos/sin of shape (S, 1, head_dim), broadcast over batch and heads."""
+    inv_freq = 1.0 / cfg.rope_theta ** (jnp.arange(0, cfg.head_dim, 2) / cfg.head_dim)
+    angles = jnp.arange(seq)[:, None] * inv_freq[None, :]  # (S, head_dim/2)
+    angles = jnp.concatenate([angles, angles], axis=-1)[:, None, :]
+    return jnp.cos(angles), jnp.sin(angles)
+
+
+def apply_rope(x: Array, cos: Array, sin: Array) -> Array:
+    """Rotate-half RoPE on x of shape (B, S, heads, head_dim)."""
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    return x * cos + jnp.concatenate([-x2, x1], axis=-1) * sin
+
+
+def causal_attention(q: Array, k: Array, v: Array) -> Array:
+    """Softmax attention over (B, heads, S, head_dim) with a causal mask."""
+    seq = q.shape[2]
+    scores = q @ k.swapaxes(-1, -2) / jnp.sqrt(q.shape[-1])
+    causal = jnp.arange(seq)[:, None] >= jnp.arange(seq)[None, :]
+    scores = jnp.where(causal, scores, -jnp.inf)
+    p = jnp.exp(scores - jnp.max(scores, axis=-1, keepdims=True))
+    p = p / jnp.sum(p, axis=-1, keepdims=True)
+    return p @ v
+
+
+def swiglu(x: Array, w_gate: Array, w_up: Array) -> Array:
+    return jax.nn.silu(x @ w_gate) * (x @ w_up)
+
+
+# ---- single-device baseline ----
+
+
+def attention(x: Array, layer: Params, cos: Array, sin: Array, cfg: LlamaConfig) -> Array:
+    b, s, _ = x.shape
+    hd = cfg.head_dim
+    h = rms_norm(x, layer["attn_norm"], cfg.rms_eps)
+    q = (h @ layer["wq"]).reshape(b, s, cfg.heads, hd)
+    k = (h @ layer["wk"]).reshape(b, s, cfg.kv_heads, hd)
+    v = (h @ layer["wv"]).reshape(b, s, cfg.kv_heads, hd)
+    q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+    k = jnp.repeat(k, cfg.heads // cfg.kv_heads, axis=2)  # GQA: q head i reads kv head i//group
+    v = jnp.repeat(v, cfg.heads // cfg.kv_heads, axis=2)
+    o = causal_attention(q.transpose(0, 2, 1, 3), k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3))
+    o = o.transpose(0, 2, 1, 3).reshape(b, s, cfg.heads * hd)
+    return x + o @ layer["wo"]
+
+
+def mlp(x: Array, layer: Params, cfg: LlamaConfig) -> Array:
+    h = rms_norm(x, layer["mlp_norm"], cfg.rms_eps)
+    return x + swiglu(h, layer["w_gate"], layer["w_up"]) @ layer["w_down"]
+
+
+def cross_entropy(logits: Array, targets: Array) -> Array:
+    """Mean over tokens of logsumexp(logits) - logits[target]."""
+    m = jnp.max(logits, axis=-1)
+    lse = m + jnp.log(jnp.sum(jnp.exp(logits - m[..., None]), axis=-1))
+    target_logit = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
+    return jnp.mean(lse - target_logit)
+
+
+def llama_logits(params: Params, tokens: Array, *, cfg: LlamaConfig) -> Array:
+    """tokens (B, S) int32 -> logits (B, S, vocab)."""
+    cos, sin = rope_tables(tokens.shape[1], cfg)
+    x = jnp.take(params["embed"], tokens, axis=0)
+    for layer in params["layers"]:
+        x = attention(x, layer, cos, sin, cfg)
+        x = mlp(x, layer, cfg)
+    return rms_norm(x, params["final_norm"], cfg.rms_eps) @ params["lm_head"]
+
+
+def llama(params: Params, tokens: Array, targets: Array, *, cfg: LlamaConfig) -> Array:
+    """Single-device baseline: next-token cross-entropy of the whole model."""
+    return cross_entropy(llama_logits(params, tokens, cfg=cfg), targets)
+
+
+# ---- tensor-parallel per-device body ----
+
+
+def tp_embed(embed: Array, tokens: Array) -> Array:
+    """Vocab-parallel lookup: this device holds rows [start, start + vocab/tp)."""
+    rows = embed.shape[0]
+    local = tokens - lax.axis_index("tp") * rows
+    mine = (local >= 0) & (local < rows)
+    x = jnp.take(embed, jnp.clip(local, 0, rows - 1), axis=0)
+    return lax.psum(jnp.where(mine[..., None], x, 0.0), "tp")
+
+
+def tp_attention(
+    x: Array, layer: Params, cos: Array, sin: Array, cfg: LlamaConfig, bug: Bug | None
+) -> Array:
+    b, s, _ = x.shape
+    hd = cfg.head_dim
+    local_heads = layer["wq"].shape[1] // hd  # this device's q heads: [i*local_heads, ...)
+    group = cfg.heads // cfg.kv_heads
+    local_kv = max(local_heads // group, 1)  # kv_heads/tp, or 1 shared head if kv_heads < tp
+    if bug == "kv_heads_wrong_split":
+        kv_start = lax.axis_index("tp") * local_heads % cfg.kv_heads  # BUG: kv_heads_wrong_split
+    else:
+        kv_start = lax.axis_index("tp") * local_heads // group  # kv head of the first q head
+    wk = lax.dynamic_slice_in_dim(layer["wk"], kv_start * hd, local_kv * hd, axis=1)
+    wv = lax.dynamic_slice_in_dim(layer["wv"], kv_start * hd, local_kv * hd, axis=1)
+    h = rms_norm(x, layer["attn_norm"], cfg.rms_eps)
+    q = h @ layer["wq"]  # column-parallel: (B, S, local_heads * head_dim)
+    if bug == "heads_reshape_wrong_factor":
+        q = q.reshape(b, s, hd, local_heads).swapaxes(2, 3)  # BUG: heads_reshape_wrong_factor
+    else:
+        q = q.reshape(b, s, local_heads, hd)
+    k = (h @ wk).reshape(b, s, local_kv, hd)
+    v = (h @ wv).reshape(b, s, local_kv, hd)
+    q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+    k = jnp.repeat(k, local_heads // local_kv, axis=2)
+    v = jnp.repeat(v, local_heads // local_kv, axis=2)
+    o = causal_attention(q.transpose(0, 2, 1, 3), k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3))
+    if bug == "wrong_transpose":
+        o = o.transpose(0, 2, 3, 1).reshape(b, s, local_heads * hd)  # BUG: wrong_transpose
+    else:
+        o = o.transpose(0, 2, 1, 3).reshape(b, s, local_heads * hd)
+    partial_sum = o @ layer["wo"]  # row-parallel: a partial sum over this device's heads
+    if bug == "bias_before_allreduce":
+        return lax.psum(x + partial_sum, "tp")  # BUG: bias_before_allreduce
+    return x + lax.psum(partial_sum, "tp")  # the residual is replicated: add it once
+
+
+def tp_mlp(x: Array, layer: Params, cfg: LlamaConfig, bug: Bug | None) -> Array:
+    h = rms_norm(x, layer["mlp_norm"], cfg.rms_eps)
+    partial_sum = swiglu(h, layer["w_gate"], layer["w_up"]) @ layer["w_down"]
+    if bug == "missing_mlp_allreduce":
+        return x + partial_sum  # BUG: missing_mlp_allreduce
+    return x + lax.psum(partial_sum, "tp")
+
+
+def tp_cross_entropy(logits: Array, targets: Array) -> Array:
+    """Vocab-parallel cross-entropy on logits split over "tp" along the vocab."""
+    cols = logits.shape[-1]
+    m = lax.pmax(jnp.max(logits, axis=-1), "tp")
+    lse = m + jnp.log(lax.psum(jnp.sum(jnp.exp(logits - m[..., None]), axis=-1), "tp"))
+    local = targets - lax.axis_index("tp") * cols
+    mine = (local >= 0) & (local < cols)
+    target_logit = jnp.take_along_axis(logits, jnp.clip(local, 0, cols - 1)[..., None], axis=-1)
+    target_logit = lax.psum(jnp.where(mine, target_logit[..., 0], 0.0), "tp")
+    return jnp.mean(lse - target_logit)
+
+
+def tp_llama_logits(
+    params: Params, tokens: Array, *, cfg: LlamaConfig, bug: Bug | None = None
+) -> Array:
+    """Per-device body up to the LM head: returns this device's vocab slice of the logits."""
+    cos, sin = rope_tables(tokens.shape[1], cfg)
+    x = tp_embed(params["embed"], tokens)
+    for layer in params["layers"]:
+        x = tp_attention(x, layer, cos, sin, cfg, bug)
+        x = tp_mlp(x, layer, cfg, bug)
+    return rms_norm(x, params["final_norm"], cfg.rms_eps) @ params["lm_head"]
+
+
+def tp_llama(
+    params: Params, tokens: Array, targets: Array, *, cfg: LlamaConfig, bug: Bug | None = None
+) -> Array:
+    """Per-device body: params sliced by `tp_param_specs`, tokens/targets replicated."""
+    out = tp_llama_logits(params, tokens, cfg=cfg, bug=bug)  # (B, S, vocab/tp)
+    if bug == "vocab_ce_on_gathered_logits":
+        out = lax.all_gather(out, "tp", axis=2, tiled=True)  # BUG: vocab_ce_on_gathered_logits
+    return tp_cross_entropy(out, targets)
