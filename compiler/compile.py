@@ -56,7 +56,7 @@ def compile_texts(sources: list[tuple[str, str]]) -> CompiledRuleSet:
     families = {f.name: f.members for p in parsed for f in p.families}
     files = []
     for rule_file in parsed:
-        lowered = [lower_rule(info) for info in infos[rule_file.path]]
+        lowered = [egg for info in infos[rule_file.path] for egg in lower_rule(info)]
         files.append(CompiledRuleFile(rule_file.path, lowered, emit_rules(rule_file.path, lowered)))
     _refuse_shadowed(files, dict(sources))
     return CompiledRuleSet(files, families)

@@ -9,6 +9,7 @@ are facts about op signatures that the engine states before running the rules.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
 from .ast import App, Comparison, Equation, IntLit, Membership, Relation, StrLit, Value, Var
@@ -37,6 +38,10 @@ class _Lowering:
     key_of_op: dict[str, str] = field(default_factory=dict)  # op name -> key var
     counter: int = 0
     bound: dict[str, str] = field(default_factory=dict)
+    choices: dict[int, str] = field(default_factory=dict)  # id(spread clause) -> alternative
+
+    def spread_choice(self, clause: Relation) -> str:
+        return self.choices[id(clause)]
 
     def fresh(self, stem: str) -> str:
         self.counter += 1
@@ -111,11 +116,19 @@ class _Lowering:
         elif layout.name == "invariant":
             self.query.append(f"(Inv {dist} {self.string(layout.args[0])})")
             self.aliases[clause.base.name] = dist
-        elif layout.name == "shard":
+        elif layout.name == "shard" or (layout.name == "spread"
+                                         and self.spread_choice(clause) == "shard"):
             d, a = layout.args
             self.query.append(
                 f"(= {dist} (Shard {self.var(clause.base.name)} {self.dim(d)} {self.string(a)}))"
             )
+        elif layout.name == "spread" and self.spread_choice(clause) == "free":
+            d, a = layout.args
+            self.query.append(f"(FreeAlong {dist} {self.dim(d)} {self.string(a)})")
+            self.aliases[clause.base.name] = dist
+        elif layout.name == "spread":  # a scalar fill is the same along every dim
+            self.query.append(f"(= {dist} (Splat {self.fresh('c')} {self.fresh('dt')}))")
+            self.aliases[clause.base.name] = dist
         else:
             op, a = layout.args
             self.query.append(
@@ -151,10 +164,29 @@ class _Lowering:
         raise AssertionError(f"layout {layout.name} is only valid in `where`")
 
 
-def lower_rule(info: RuleInfo, ruleset: str = "layout") -> EggRule:
-    """Translate one checked rule."""
+SPREAD_ALTERNATIVES = ("shard", "free", "splat")
+
+
+def lower_rule(info: RuleInfo, ruleset: str = "layout") -> list[EggRule]:
+    """Translate one checked rule. A rule with `spread(d, a)` clauses becomes one egglog rule
+    per way of meeting them (a real shard, a broadcast constant along d, a scalar fill),
+    keeping only the ways where at least one operand is a real shard (that binds d)."""
     rule = info.rule
-    low = _Lowering(info)
+    spreads = [c for c in rule.where if isinstance(c, Relation)
+               and isinstance(c.layout, App) and c.layout.name == "spread"]
+    combos = [dict(zip((id(c) for c in spreads), combo, strict=True))
+              for combo in itertools.product(SPREAD_ALTERNATIVES, repeat=len(spreads))
+              if not spreads or "shard" in combo]
+    lowered = []
+    for index, choices in enumerate(combos):
+        name = rule.name if len(combos) == 1 else f"{rule.name}#{index + 1}"
+        lowered.append(_lower_one(info, ruleset, name, choices))
+    return lowered
+
+
+def _lower_one(info: RuleInfo, ruleset: str, name: str, choices: dict[int, str]) -> EggRule:
+    rule = info.rule
+    low = _Lowering(info, choices=choices)
     low.pattern(rule.match, "?n0")
     for clause in rule.where:
         low.where(clause)
@@ -165,4 +197,9 @@ def lower_rule(info: RuleInfo, ruleset: str = "layout") -> EggRule:
         assert isinstance(rewrite, Equation)
         target = low.build(rewrite.rhs)
     source = f"{rule.span.path}:{rule.span.line}"
-    return EggRule(rule.name, rule.doc, source, low.query, [f"(union ?n0 {target})"], ruleset)
+    return EggRule(name, rule.doc, source, low.query, [f"(union ?n0 {target})"], ruleset)
+
+
+def rule_name(egg_rule_name: str) -> str:
+    """The `.srl` rule an egglog rule came from (expansions are named `rule#k`)."""
+    return egg_rule_name.split("#", 1)[0]

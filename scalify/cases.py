@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .compiler.compile import CompiledRuleSet
+from .compiler.lower import rule_name
 from .errors import ScalifyError
 from .frontends import parse_graph_text
 from .mesh import parse_mesh
@@ -93,7 +94,7 @@ def run_case(case: Case, rules: CompiledRuleSet) -> tuple[Report, list[str]]:
         problems.append(f"expected {expect}, got {report.verdict}")
     fired = report.stats["rules_fired"]
     problems += [f"rule `{r}` did not fire" for r in case.fires if r not in fired]
-    known = {r.name for r in rules.rules}
+    known = {rule_name(r.name) for r in rules.rules}
     problems += [
         f"names unknown rule `{r}`" for r in case.fires + case.near_misses if r not in known
     ]

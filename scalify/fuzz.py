@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .compiler.compile import CompiledRuleSet
+from .compiler.lower import rule_name
 from .compiler.emit import emit_families, emit_rules
 from .compiler.signatures import OP_ARITY
 from .engine.encode import shape_free_nodes
@@ -528,6 +529,8 @@ def operand_hints(rule) -> list[str | None]:
             elif atom.startswith(f"(= {var} (Partial "):
                 op = atom.split()[4]
                 kind = "partial:" + (op.strip('"') if op.startswith('"') else "?")
+            elif atom.startswith(f"(FreeAlong {var} "):
+                kind = "broadcast"
             elif atom.startswith(f"(Inv {var} "):
                 kind = "inv"
             elif atom.startswith(f"(Base {var})"):
@@ -556,7 +559,7 @@ def _ops_of(rule_name: str, rules: CompiledRuleSet) -> list[str]:
 
 
 def check_instance(
-    instance: Instance, program: str, rule_name: str, seed: int
+    instance: Instance, program: str, rule_names: list[str], seed: int
 ) -> tuple[bool, list[str]]:
     """Run one instance; returns (the rule fired, relations that fail numerically).
 
@@ -568,7 +571,7 @@ def check_instance(
     proof = prove(instance.base, instance.dist, program, instance.mesh, instance.inputs,
                   Limits(max_rounds=30, simulate=False))
     proven = proof.relations
-    fired = proof.stats.rule_matches.get(rule_name, 0) > 0
+    fired = any(proof.stats.rule_matches.get(name, 0) for name in rule_names)
     unchecked = shape_free_nodes(instance.dist)
     rng = np.random.default_rng(seed)
     base_inputs = {i: random_input(instance.base.node(i), rng) for i in instance.base.inputs}
@@ -598,22 +601,28 @@ def check_instance(
 
 
 def fuzz_rules(rules: CompiledRuleSet, budget: int, seed: int = 0) -> list[RuleReport]:
-    """Check every rule on `budget` random instances of the ops it matches."""
+    """Check every rule on `budget` random instances of the ops it matches. A rule that
+    lowers to several egglog rules (`spread`) is checked as one, cycling through the
+    expansions to bias the instances."""
     reports = []
     families = emit_families(rules.families)
     for compiled in rules.files:
+        groups: dict[str, list] = {}
         for rule in compiled.rules:
-            report = RuleReport(rule.name, rule.source)
-            program = families + "\n" + emit_rules(compiled.path, [rule])
-            ops = _ops_of(rule.name, rules)
-            hints = operand_hints(rule)
+            groups.setdefault(rule_name(rule.name), []).append(rule)
+        for name, group in groups.items():
+            report = RuleReport(name, group[0].source)
+            program = families + "\n" + emit_rules(compiled.path, group)
+            ops = _ops_of(group[0].name, rules)
             for k in range(budget):
                 instance_seed = seed * 1_000_003 + k
-                rng = np.random.default_rng([instance_seed, len(rule.name)])
+                rng = np.random.default_rng([instance_seed, len(name)])
                 op = ops[int(rng.integers(len(ops)))]
+                hints = operand_hints(group[k % len(group)])
                 try:
                     instance = generate(op, rng, hints)
-                    fired, failures = check_instance(instance, program, rule.name, instance_seed)
+                    fired, failures = check_instance(instance, program,
+                                                     [r.name for r in group], instance_seed)
                 except NotSimulable:
                     continue
                 report.instances += 1

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from .cases import case_files, read_case, run_case
 from .compiler.compile import compile_rule_dir, rule_files_in
+from .compiler.lower import rule_name
 from .errors import ScalifyError
 from .fuzz import fuzz_rules
 
@@ -23,6 +24,17 @@ class LintResult:
     def fail(self, message: str) -> None:
         self.failures += 1
         self.messages.append(message)
+
+
+def _source_rules(egg_rules):
+    """One entry per `.srl` rule (a rule with `spread` clauses lowers to several)."""
+    seen: dict[str, object] = {}
+    for rule in egg_rules:
+        name = rule_name(rule.name)
+        if name not in seen:
+            seen[name] = type(rule)(name, rule.doc, rule.source, rule.query, rule.actions,
+                                    rule.ruleset)
+    return list(seen.values())
 
 
 def golden_path(rules_dir: Path, rule_file: Path) -> Path:
@@ -45,7 +57,7 @@ def lint_rules(
         return result
     for rule_file in rule_files_in(folder):
         compiled = next(f for f in rules.files if Path(f.path).name == rule_file.name)
-        undocumented = [r.name for r in compiled.rules if not r.doc]
+        undocumented = [r.name for r in _source_rules(compiled.rules) if not r.doc]
         for name in undocumented:
             result.fail(f"{rule_file}: error: rule `{name}` has no `#` line stating its identity")
         _check_golden(result, golden_path(folder, rule_file), compiled.egglog, bless)
@@ -111,7 +123,7 @@ def _check_cases(result: LintResult, folder: Path, rule_file: Path, compiled, ru
         tempted |= set(case.near_misses)
         for problem in problems:
             result.fail(f"{path}: error: {problem}")
-    for rule in compiled.rules:
+    for rule in _source_rules(compiled.rules):
         if rule.name not in covered:
             result.fail(
                 f"{rule.source}: error: rule `{rule.name}` has no case that must fire "

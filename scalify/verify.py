@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .compiler.compile import CompiledRuleSet, compile_rule_dir
+from .compiler.lower import rule_name
 from .engine.decode import proven_relations, replicated_nodes
 from .engine.egraph import RunStats
 from .engine.egraph import EGraphSession
@@ -102,7 +103,10 @@ def verify_graphs(
             "not proved, and no counterexample: a rule may be missing "
             "(see docs/how-to/write-a-rule.md)"
         )
-    fired = {name: n for name, n in stats.rule_matches.items() if n}
+    fired: dict[str, int] = {}
+    for name, count in stats.rule_matches.items():
+        if count:
+            fired[rule_name(name)] = fired.get(rule_name(name), 0) + count
     return Report(
         verdict=verdict,
         baseline=base.path,

@@ -114,7 +114,7 @@ def _explain(node: Node, dist: Graph, proven: Proven, mesh: Mesh) -> tuple[str, 
         )
     if node.op in ELEMENTWISE and len(node.operands) > 1:
         texts = {_layouts_text(lays) for lays in operand_layouts if lays}
-        if len(texts) > 1:
+        if len(texts) > 1 and "replicate" not in texts:
             return (
                 f"elementwise {node.op} of operands related to the baseline by different "
                 f"layouts: {' vs '.join(sorted(texts))}",

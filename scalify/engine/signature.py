@@ -118,7 +118,9 @@ def node_signature(
     elif node.op == "broadcast":
         parts.append(f"dims={_ints(a['dims'])}")
         parts.append(f"rank={len(node.shape)}")
-        if not shape_free_broadcast:
+        if shape_free_broadcast:
+            sig.attrs_s["sizes"] = "free"
+        else:
             new = [f"{d}:{n}" for d, n in enumerate(node.shape) if d not in a["dims"]]
             parts.append("new=" + _ints(new))
     elif node.op == "transpose":
