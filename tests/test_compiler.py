@@ -66,7 +66,7 @@ def test_good_rule_lowers_to_an_egglog_rule():
             "must repeat the matched term",
         ),
         (
-            "rule r:\n  match neg(X)\n  where X ~ x @ spread(a)\n  rewrite neg(X) ~ neg(x) @ "
+            "rule r:\n  match neg(X)\n  where X ~ x @ scatter(a)\n  rewrite neg(X) ~ neg(x) @ "
             "replicate\n",
             "r.srl:3:17",
             "expected a layout",
@@ -124,3 +124,20 @@ def test_families_are_shared_across_files():
 def test_family_with_unknown_member():
     error = compile_error("family e = add, frob\n")
     assert "unknown op `frob`" in error.message
+
+
+def test_spread_expands_into_one_rule_per_alternative():
+    text = GOOD.replace("shard(d, a)\n          Y", "spread(d, a)\n          Y").replace(
+        "Y ~ y @ shard(d, a)", "Y ~ y @ spread(d, a)")
+    rules = compile_texts([("r.srl", text)])
+    names = [r.name for r in rules.rules]
+    assert names == [f"ew#{k}" for k in range(1, 6)]  # 3 x 3 choices less the 4 with no shard
+    program = rules.program()
+    assert "(FreeAlong ?Y ?d ?a)" in program and "(Splat " in program
+
+
+def test_spread_is_refused_in_a_rewrite():
+    text = GOOD.replace("rewrite f(X, Y) ~ f(x, y) @ shard(d, a)",
+                        "rewrite f(X, Y) ~ f(x, y) @ spread(d, a)")
+    error = compile_error(text)
+    assert "`spread` only constrains operands in `where`" in error.message

@@ -32,11 +32,10 @@ def main(argv: list[str] | None = None) -> int:
     ).strip()
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-    from export import CONFIGS, check_divisible, no_op_reason, tp_function
-
     import jax
     import jax.numpy as jnp
     import numpy as np
+    from export import CONFIGS, check_divisible, no_op_reason, tp_function
     from jax.sharding import Mesh
     from model import BUGS, llama, llama_logits, param_shapes
 

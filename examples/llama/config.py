@@ -23,9 +23,7 @@ class LlamaConfig:
 
 
 CONFIGS: dict[str, LlamaConfig] = {
-    "tiny": LlamaConfig(
-        layers=2, hidden=64, heads=8, kv_heads=4, head_dim=8, ffn=128, vocab=256
-    ),
+    "tiny": LlamaConfig(layers=2, hidden=64, heads=8, kv_heads=4, head_dim=8, ffn=128, vocab=256),
     "8b": LlamaConfig(
         layers=32, hidden=4096, heads=32, kv_heads=8, head_dim=128, ffn=14336, vocab=128256
     ),
