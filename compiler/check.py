@@ -185,8 +185,10 @@ class RuleChecker:
             raise self.fail(layout.span, f"`{layout.name}` takes {LAYOUTS[layout.name]} arguments")
         args = layout.args
         if layout.name == "spread" and not binding:
-            raise self.fail(layout.span, "`spread` only constrains operands in `where`; a "
-                            "rewrite states `shard(d, a)`")
+            raise self.fail(
+                layout.span,
+                "`spread` only constrains operands in `where`; a rewrite states `shard(d, a)`",
+            )
         if layout.name in ("shard", "spread"):
             self._dim_arg(args[0], info, binding)
         if layout.name == "partial":

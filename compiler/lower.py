@@ -116,8 +116,9 @@ class _Lowering:
         elif layout.name == "invariant":
             self.query.append(f"(Inv {dist} {self.string(layout.args[0])})")
             self.aliases[clause.base.name] = dist
-        elif layout.name == "shard" or (layout.name == "spread"
-                                         and self.spread_choice(clause) == "shard"):
+        elif layout.name == "shard" or (
+            layout.name == "spread" and self.spread_choice(clause) == "shard"
+        ):
             d, a = layout.args
             self.query.append(
                 f"(= {dist} (Shard {self.var(clause.base.name)} {self.dim(d)} {self.string(a)}))"
@@ -172,11 +173,16 @@ def lower_rule(info: RuleInfo, ruleset: str = "layout") -> list[EggRule]:
     per way of meeting them (a real shard, a broadcast constant along d, a scalar fill),
     keeping only the ways where at least one operand is a real shard (that binds d)."""
     rule = info.rule
-    spreads = [c for c in rule.where if isinstance(c, Relation)
-               and isinstance(c.layout, App) and c.layout.name == "spread"]
-    combos = [dict(zip((id(c) for c in spreads), combo, strict=True))
-              for combo in itertools.product(SPREAD_ALTERNATIVES, repeat=len(spreads))
-              if not spreads or "shard" in combo]
+    spreads = [
+        c
+        for c in rule.where
+        if isinstance(c, Relation) and isinstance(c.layout, App) and c.layout.name == "spread"
+    ]
+    combos = [
+        dict(zip((id(c) for c in spreads), combo, strict=True))
+        for combo in itertools.product(SPREAD_ALTERNATIVES, repeat=len(spreads))
+        if not spreads or "shard" in combo
+    ]
     lowered = []
     for index, choices in enumerate(combos):
         name = rule.name if len(combos) == 1 else f"{rule.name}#{index + 1}"

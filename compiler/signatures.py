@@ -46,8 +46,7 @@ SPLAT = "splat"
 
 # `spread(d, a)` (only in `where`): a real shard on d over a, or a value that is the same along
 # d on every device (a scalar fill, a broadcast of an axis-invariant value along a new dim).
-LAYOUTS: dict[str, int] = {"shard": 2, "spread": 2, "partial": 2, "invariant": 1,
-                           "replicate": 0}
+LAYOUTS: dict[str, int] = {"shard": 2, "spread": 2, "partial": 2, "invariant": 1, "replicate": 0}
 
 # Bare names that are constants, not variables, where a string is expected.
 CONSTANT_NAMES = frozenset({"sum", "max", "min", "prod", "float", "int", "pred"})

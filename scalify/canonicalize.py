@@ -151,10 +151,21 @@ def _squeeze_broadcast(node: Node, operand: Node, next_id: int) -> Node | None:
     if not unit:
         return None
     kept = tuple(size for i, size in enumerate(operand.shape) if size != 1)
-    node.attrs = {**node.attrs, "dims": tuple(d for i, d in enumerate(node.attrs["dims"])
-                                              if i not in unit)}
-    squeezed = Node(next_id, "reshape", (operand.id,), kept, operand.dtype, {}, node.loc,
-                    f"{node.name}.squeeze", node.framework_op)
+    node.attrs = {
+        **node.attrs,
+        "dims": tuple(d for i, d in enumerate(node.attrs["dims"]) if i not in unit),
+    }
+    squeezed = Node(
+        next_id,
+        "reshape",
+        (operand.id,),
+        kept,
+        operand.dtype,
+        {},
+        node.loc,
+        f"{node.name}.squeeze",
+        node.framework_op,
+    )
     node.operands = (next_id,)
     return squeezed
 
@@ -180,11 +191,13 @@ def _fold(graph: Graph) -> Graph:
         nodes[node.id] = node
 
     for node in graph.nodes.values():
-        operand = nodes.get(alias.get(node.operands[0], node.operands[0])) \
-            if node.operands else None
+        operand = (
+            nodes.get(alias.get(node.operands[0], node.operands[0])) if node.operands else None
+        )
         if node.op == "broadcast" and operand is not None and not _is_identity(node, operand):
-            squeeze = _squeeze_broadcast(node, nodes[alias.get(node.operands[0],
-                                                                node.operands[0])], next_id)
+            squeeze = _squeeze_broadcast(
+                node, nodes[alias.get(node.operands[0], node.operands[0])], next_id
+            )
             if squeeze is not None:
                 next_id += 1
                 add(squeeze)

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .compiler.compile import CompiledRuleSet
-from .compiler.lower import rule_name
 from .compiler.emit import emit_families, emit_rules
+from .compiler.lower import rule_name
 from .compiler.signatures import OP_ARITY
 from .engine.encode import shape_free_nodes
 from .ir import ELEMENTWISE_BINARY, ELEMENTWISE_UNARY, Graph, Node
@@ -568,8 +568,14 @@ def check_instance(
     """
     from .verify import Limits, prove
 
-    proof = prove(instance.base, instance.dist, program, instance.mesh, instance.inputs,
-                  Limits(max_rounds=30, simulate=False))
+    proof = prove(
+        instance.base,
+        instance.dist,
+        program,
+        instance.mesh,
+        instance.inputs,
+        Limits(max_rounds=30, simulate=False),
+    )
     proven = proof.relations
     fired = any(proof.stats.rule_matches.get(name, 0) for name in rule_names)
     unchecked = shape_free_nodes(instance.dist)
@@ -621,8 +627,9 @@ def fuzz_rules(rules: CompiledRuleSet, budget: int, seed: int = 0) -> list[RuleR
                 hints = operand_hints(group[k % len(group)])
                 try:
                     instance = generate(op, rng, hints)
-                    fired, failures = check_instance(instance, program,
-                                                     [r.name for r in group], instance_seed)
+                    fired, failures = check_instance(
+                        instance, program, [r.name for r in group], instance_seed
+                    )
                 except NotSimulable:
                     continue
                 report.instances += 1

@@ -62,8 +62,9 @@ def parse_layout(text: str, mesh: Mesh, where: str = "") -> Layout:
             raise ScalifyError(f"layout {text!r} names axis {axis!r}, not in mesh {mesh}", where)
         if kind == "shard":
             if not arg.isdigit():
-                raise ScalifyError(f"bad layout {text!r}: shard dim must be a non-negative "
-                                   "integer", where)
+                raise ScalifyError(
+                    f"bad layout {text!r}: shard dim must be a non-negative integer", where
+                )
             placements.append(Placement("shard", axis, dim=int(arg)))
         else:
             if arg not in ("sum", "max", "min"):

@@ -32,8 +32,9 @@ def _source_rules(egg_rules):
     for rule in egg_rules:
         name = rule_name(rule.name)
         if name not in seen:
-            seen[name] = type(rule)(name, rule.doc, rule.source, rule.query, rule.actions,
-                                    rule.ruleset)
+            seen[name] = type(rule)(
+                name, rule.doc, rule.source, rule.query, rule.actions, rule.ruleset
+            )
     return list(seen.values())
 
 

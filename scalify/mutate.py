@@ -76,6 +76,22 @@ def _insert_before(graph: Graph, anchor: int, new: Node) -> None:
     graph.nodes = nodes
 
 
+def _derived(
+    g: Graph,
+    like: Node,
+    op: str,
+    operands: tuple[int, ...],
+    shape,
+    dtype: str,
+    attrs: dict,
+    suffix: str,
+) -> Node:
+    """A new node for a mutation, at the source line of the node it mutates."""
+    return Node(
+        _fresh_id(g), op, operands, tuple(shape), dtype, attrs, like.loc, _named(like, suffix)
+    )
+
+
 def _named(node: Node, suffix: str) -> str:
     return f"{node.name}.{suffix}"
 
@@ -104,27 +120,9 @@ def mutants(graph: Graph, mesh: Mesh) -> Iterator[Mutant]:
             yield Mutant(f"swap the operands of {node.op} `{node.name}`", g)
         if node.dtype in ("f32", "f64") and node.op in ("dot", "add", "mul", "reduce"):
             g = copy.deepcopy(graph)
-            down = Node(
-                _fresh_id(g),
-                "convert",
-                (node.id,),
-                node.shape,
-                "bf16",
-                {},
-                node.loc,
-                _named(node, "bf16"),
-            )
+            down = _derived(g, node, "convert", (node.id,), node.shape, "bf16", {}, "bf16")
             _insert_after(g, node.id, down)
-            up = Node(
-                _fresh_id(g),
-                "convert",
-                (down.id,),
-                node.shape,
-                node.dtype,
-                {},
-                node.loc,
-                _named(node, "f32"),
-            )
+            up = _derived(g, node, "convert", (down.id,), node.shape, node.dtype, {}, "f32")
             _insert_after(g, down.id, up)
             yield Mutant(f"round `{node.name}` through bf16", g)
         if node.op == "transpose" and len(set(node.shape)) < len(node.shape):
@@ -158,51 +156,21 @@ def _collective_mutants(graph: Graph, node: Node, mesh: Mesh) -> Iterator[Mutant
     del g.nodes[node.id]
     yield Mutant(f"drop all_reduce `{node.name}`", g)
     g = copy.deepcopy(graph)
-    twice = Node(
-        _fresh_id(g),
-        "all_reduce",
-        (node.id,),
-        node.shape,
-        node.dtype,
-        dict(node.attrs),
-        node.loc,
-        _named(node, "again"),
+    twice = _derived(
+        g, node, "all_reduce", (node.id,), node.shape, node.dtype, dict(node.attrs), "again"
     )
     _insert_after(g, node.id, twice)
     yield Mutant(f"all_reduce `{node.name}` applied twice", g)
     g = copy.deepcopy(graph)
     operand = g.nodes[node.operands[0]]
-    one = Node(
-        _fresh_id(g),
-        "constant",
-        (),
-        (),
-        operand.dtype,
-        {"value": "1"},
-        node.loc,
-        _named(node, "one"),
-    )
+    one = _derived(g, node, "constant", (), (), operand.dtype, {"value": "1"}, "one")
     _insert_before(g, node.id, one)
-    fill = Node(
-        _fresh_id(g),
-        "broadcast",
-        (one.id,),
-        operand.shape,
-        operand.dtype,
-        {"dims": ()},
-        node.loc,
-        _named(node, "fill"),
+    fill = _derived(
+        g, node, "broadcast", (one.id,), operand.shape, operand.dtype, {"dims": ()}, "fill"
     )
     _insert_before(g, node.id, fill)
-    bumped = Node(
-        _fresh_id(g),
-        "add",
-        (operand.id, fill.id),
-        operand.shape,
-        operand.dtype,
-        {},
-        node.loc,
-        _named(node, "bumped"),
+    bumped = _derived(
+        g, node, "add", (operand.id, fill.id), operand.shape, operand.dtype, {}, "bumped"
     )
     _insert_before(g, node.id, bumped)
     g.nodes[node.id].operands = (bumped.id,)

@@ -9,8 +9,7 @@ from pathlib import Path
 from .compiler.compile import CompiledRuleSet, compile_rule_dir
 from .compiler.lower import rule_name
 from .engine.decode import proven_relations, replicated_nodes
-from .engine.egraph import RunStats
-from .engine.egraph import EGraphSession
+from .engine.egraph import EGraphSession, RunStats
 from .engine.encode import (
     GraphEncoder,
     layout_term,
@@ -220,7 +219,8 @@ def _decide(base: Graph, dist: Graph, mesh: Mesh, outputs: list[Relation], proof
     if not failing:
         return results, [], False
     findings = frontier(dist, base, proven, mesh, proof.replicated) or frontier(
-        dist, base, proven, mesh, set())
+        dist, base, proven, mesh, set()
+    )
     suspects = [_suspect(f.node, f.reason, f.operands) for f in findings]
     definite = any(f.definite for f in findings)
     for rel, layouts in failing:

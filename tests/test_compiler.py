@@ -128,7 +128,8 @@ def test_family_with_unknown_member():
 
 def test_spread_expands_into_one_rule_per_alternative():
     text = GOOD.replace("shard(d, a)\n          Y", "spread(d, a)\n          Y").replace(
-        "Y ~ y @ shard(d, a)", "Y ~ y @ spread(d, a)")
+        "Y ~ y @ shard(d, a)", "Y ~ y @ spread(d, a)"
+    )
     rules = compile_texts([("r.srl", text)])
     names = [r.name for r in rules.rules]
     assert names == [f"ew#{k}" for k in range(1, 6)]  # 3 x 3 choices less the 4 with no shard
@@ -137,7 +138,8 @@ def test_spread_expands_into_one_rule_per_alternative():
 
 
 def test_spread_is_refused_in_a_rewrite():
-    text = GOOD.replace("rewrite f(X, Y) ~ f(x, y) @ shard(d, a)",
-                        "rewrite f(X, Y) ~ f(x, y) @ spread(d, a)")
+    text = GOOD.replace(
+        "rewrite f(X, Y) ~ f(x, y) @ shard(d, a)", "rewrite f(X, Y) ~ f(x, y) @ spread(d, a)"
+    )
     error = compile_error(text)
     assert "`spread` only constrains operands in `where`" in error.message

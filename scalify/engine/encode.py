@@ -90,12 +90,12 @@ class GraphEncoder:
             return f"(Input {egg_string(label)} {egg_string(node.dtype)})"
         if node.op in ("constant", "iota"):
             shape = ",".join(map(str, node.shape))
-            value = node.attrs.get("value") if node.op == "constant" else (
-                f"iota(dim={node.attrs.get('dim', 0)})")
-            return (
-                f"(Const {egg_string(str(value))} {egg_string(node.dtype)} "
-                f"{egg_string(shape)})"
+            value = (
+                node.attrs.get("value")
+                if node.op == "constant"
+                else (f"iota(dim={node.attrs.get('dim', 0)})")
             )
+            return f"(Const {egg_string(str(value))} {egg_string(node.dtype)} {egg_string(shape)})"
         shape_free = node.id in self.shape_free
         if shape_free and _is_scalar_fill(node, self.graph):
             literal = self.graph.node(node.operands[0]).attrs.get("value", "?")

@@ -34,8 +34,7 @@ def _is_literal(node: Node, graph: Graph) -> bool:
 
 
 def related(node_id: int, graph: Graph, proven: Proven, replicated: set[int]) -> bool:
-    return (node_id in proven or node_id in replicated
-            or _is_literal(graph.node(node_id), graph))
+    return node_id in proven or node_id in replicated or _is_literal(graph.node(node_id), graph)
 
 
 def describe(node_id: int, dist: Graph, base: Graph, proven: Proven) -> str:
@@ -142,8 +141,9 @@ def _layouts_text(layouts: list[Layout]) -> str:
     return " | ".join(sorted({layout_str(canonical(lay)) for lay in layouts})) or "unrelated"
 
 
-def frontier(dist: Graph, base: Graph, proven: Proven, mesh: Mesh,
-             replicated: set[int]) -> list[Finding]:
+def frontier(
+    dist: Graph, base: Graph, proven: Proven, mesh: Mesh, replicated: set[int]
+) -> list[Finding]:
     """Unrelated distributed nodes all of whose operands are related, in graph order.
 
     `replicated` nodes (the same on every device, computable from baseline values) count as
