@@ -50,8 +50,8 @@ def main() -> int:
             sources += list(hlo_pairs(out))
     total = MutationScore()
     print(f"{'source':60s} {'tried':>5s} {'diff':>5s} {'caught':>6s} {'wrong':>5s}")
-    for name, base, dist, mesh in sources:
-        result = score(base, dist, rules, mesh)
+    for name, base, dist, mesh, given in sources:
+        result = score(base, dist, rules, mesh, given)
         total.add(result)
         print(
             f"{Path(name).name[:60]:60s} {result.tried:5d} {result.differing:5d} "

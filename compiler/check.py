@@ -144,7 +144,8 @@ class RuleChecker:
             if previous != role:
                 raise self.fail(
                     value.span,
-                    f"`{value.name}` is used as a {role} here but as a {previous} before",
+                    f"`{value.name}` is used as {_article(role)} here but as "
+                    f"{_article(previous)} before",
                 )
 
     def _check_where(self, clause, info: RuleInfo) -> None:
@@ -179,11 +180,18 @@ class RuleChecker:
         if not isinstance(layout, App) or layout.name not in LAYOUTS:
             raise self.fail(
                 _span(layout),
-                "expected a layout: replicate, invariant(a), shard(dim, a) or partial(op, a)",
+                "expected a layout: replicate, invariant(a), spread(dim, a), shard(dim, a) or "
+                "partial(op, a)",
             )
         if len(layout.args) != LAYOUTS[layout.name]:
             raise self.fail(layout.span, f"`{layout.name}` takes {LAYOUTS[layout.name]} arguments")
         args = layout.args
+        if layout.name == "invariant" and not binding:
+            raise self.fail(
+                layout.span,
+                "`invariant` only constrains operands in `where`; a "
+                "rewrite states replicate, shard(d, a) or partial(op, a)",
+            )
         if layout.name == "spread" and not binding:
             raise self.fail(
                 layout.span,
@@ -398,3 +406,7 @@ def _span(value) -> Span:
 
 def _arity_text(arities: set[int]) -> str:
     return " or ".join(str(a) for a in sorted(arities))
+
+
+def _article(role: str) -> str:
+    return ("an " if role[0] in "aeiou" else "a ") + role

@@ -51,6 +51,8 @@ class _Lowering:
         return self.aliases.get(name, f"?{name}")
 
     def string(self, value: Value) -> str:
+        if isinstance(value, IntLit):
+            return f'"{value.value}"'
         if isinstance(value, StrLit):
             return f'"{value.value}"'
         if isinstance(value, Var) and value.name in CONSTANT_NAMES:

@@ -7,6 +7,7 @@ A case file (`rules/tests/<rule file>/*.case`) has `# key: value` header lines, 
     # mesh: tp=4
     # fires: dot_shard_rhs          (rules that must have matched; comma separated)
     # suspect: add.1                (the node the report must name first)
+    # outputs: shard(1, tp)         (required output layouts, `;`-separated; default replicate)
     # near-miss: dot_shard_rhs      (rules this case tempts but must not prove; the case
                                       must then expect a verdict other than equivalent)
 
@@ -23,6 +24,7 @@ from .compiler.lower import rule_name
 from .errors import ScalifyError
 from .frontends import parse_graph_text
 from .mesh import parse_mesh
+from .relations import RelationsFile
 from .report.model import EQUIVALENT, Report
 from .verify import verify_graphs
 
@@ -79,12 +81,20 @@ def _names(text: str) -> list[str]:
     return [name.strip() for name in text.split(",") if name.strip()]
 
 
+def case_relations(case: Case) -> RelationsFile | None:
+    """The `# outputs:` header as a relations file (inputs are inferred from shapes)."""
+    if "outputs" not in case.header:
+        return None
+    layouts = [t.strip() for t in case.header["outputs"].split(";")]
+    return RelationsFile(case.path, None, {}, layouts)
+
+
 def run_case(case: Case, rules: CompiledRuleSet) -> tuple[Report, list[str]]:
     """Verify a case; returns the report and the list of broken promises (empty = pass)."""
     base = parse_graph_text(case.baseline, case.path)
     dist = parse_graph_text(case.distributed, case.path)
     mesh = parse_mesh(case.header.get("mesh", "tp=4"))
-    report = verify_graphs(base, dist, rules, mesh)
+    report = verify_graphs(base, dist, rules, mesh, case_relations(case))
     problems = []
     expect = case.header["expect"]
     if expect == "not equivalent":

@@ -18,7 +18,7 @@ def default_rules_dir() -> Path:
     local = Path("rules")
     if local.is_dir() and any(local.glob("*.srl")):
         return local
-    return Path(str(resources.files("scalify").joinpath("rules")))
+    return Path(str(resources.files("scalify.rules")))
 
 
 class _Parser(argparse.ArgumentParser):
@@ -47,7 +47,12 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--relations", help="JSON file with input/output layouts")
     verify.add_argument("--format", choices=["text", "json"], default="text")
     verify.add_argument("-o", "--output", help="write the report to this file")
-    verify.add_argument("--max-rounds", type=int, default=200, help="saturation round limit")
+    verify.add_argument(
+        "--max-rounds",
+        type=int,
+        default=20_000,
+        help="saturation round limit (a round: analysis, then one rule pass)",
+    )
     verify.add_argument("--node-limit", type=int, default=2_000_000, help="e-graph size limit")
     verify.add_argument(
         "--no-simulate",

@@ -52,6 +52,8 @@ CANONICAL_OPS = (
         "reduce",
         "broadcast",
         "reshape",
+        "merge",
+        "split",
         "transpose",
         "slice",
         "dynamic_slice",
@@ -105,6 +107,8 @@ class TileSharding:
     tiles: tuple[int, ...]
     axes: tuple[tuple[str, ...], ...] | None = None
     replicated: bool = False
+    devices: tuple[int, ...] | None = None  # device of each tile, row-major over device_grid
+    device_grid: tuple[int, ...] | None = None  # tile counts incl. replicated trailing dims
 
 
 @dataclass

@@ -54,7 +54,7 @@ def parse_layout(text: str, mesh: Mesh, where: str = "") -> Layout:
         if not match:
             raise ScalifyError(
                 f"bad layout {text!r}: expected replicate, shard(DIM, AXIS) or "
-                "partial(sum|max, AXIS)",
+                "partial(sum|max|min, AXIS)",
                 where,
             )
         kind, arg, axis = match.groups()

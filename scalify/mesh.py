@@ -37,6 +37,14 @@ class Mesh:
     def __str__(self) -> str:
         return ",".join(f"{name}={n}" for name, n in self.axes)
 
+    def coords(self, device: int) -> dict[str, int]:
+        """The coordinate of `device` along each axis (row-major, first axis slowest)."""
+        coords = {}
+        for name, size in reversed(self.axes):
+            coords[name] = device % size
+            device //= size
+        return coords
+
     def groups(self, axes: tuple[str, ...]) -> tuple[tuple[int, ...], ...]:
         """The replica groups of a set of axes: devices that differ only in those axes, each
         group ordered by its coordinates along them (first axis slowest)."""

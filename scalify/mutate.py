@@ -177,14 +177,14 @@ def _collective_mutants(graph: Graph, node: Node, mesh: Mesh) -> Iterator[Mutant
     yield Mutant(f"add a constant to the partial sum before `{node.name}`", g)
 
 
-def score(base: Graph, dist: Graph, rules, mesh: Mesh) -> MutationScore:
+def score(base: Graph, dist: Graph, rules, mesh: Mesh, given=None) -> MutationScore:
     """Verify and simulate every mutant of `dist`."""
     from .relations import input_relations, output_relations
     from .simulate import NotSimulable, simulate
     from .verify import Limits, verify_graphs
 
-    inputs = input_relations(base, dist, mesh, None)
-    outputs = output_relations(base, dist, mesh, None)
+    inputs = input_relations(base, dist, mesh, given)
+    outputs = output_relations(base, dist, mesh, given)
     result = MutationScore()
     for mutant in mutants(dist, mesh):
         result.tried += 1
@@ -197,7 +197,9 @@ def score(base: Graph, dist: Graph, rules, mesh: Mesh) -> MutationScore:
         if mismatch is None:
             continue
         result.differing += 1
-        report = verify_graphs(base, mutant.graph, rules, mesh, limits=Limits(simulate=False))
+        report = verify_graphs(
+            base, mutant.graph, rules, mesh, given, limits=Limits(simulate=False)
+        )
         if report.verdict == "equivalent":
             result.wrongly_proved.append(f"{dist.path}: {mutant.description}")
         else:

@@ -7,6 +7,7 @@ the mesh. Every relation records where it came from, and the report prints them 
 
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,6 +76,30 @@ def pair_inputs(base: Graph, dist: Graph) -> list[tuple[int, int]]:
     return list(zip(base.inputs, dist.inputs, strict=True))
 
 
+def _axis_following_tiles(tiles: TileSharding, dim: int, mesh: Mesh, where: str) -> str | None:
+    """The mesh axis whose coordinate is the tile index along `dim` on every device, read
+    from the annotation's device assignment; None when the annotation gives no devices."""
+    grid, devices = tiles.device_grid, tiles.devices
+    if grid is None or devices is None or len(devices) != mesh.size:
+        return None
+    positions = list(itertools.product(*(range(n) for n in grid)))
+    for axis, size in mesh.axes:
+        if size == grid[dim] and all(
+            mesh.coords(device)[axis] == index[dim]
+            for index, device in zip(positions, devices, strict=True)
+        ):
+            return axis
+    raise ScalifyError(
+        f"the sharding of dim {dim} puts its {grid[dim]} blocks on devices that do not follow "
+        f"any axis of mesh {mesh} (row-major device ids)",
+        where,
+        notes=[
+            "pass the mesh in the graph's device order with --mesh, or give the layout in "
+            "a --relations file"
+        ],
+    )
+
+
 def _from_tiles(tiles: TileSharding, mesh: Mesh, where: str) -> Layout:
     placements = []
     used: set[str] = set()
@@ -83,6 +108,9 @@ def _from_tiles(tiles: TileSharding, mesh: Mesh, where: str) -> Layout:
             continue
         names = tiles.axes[dim] if tiles.axes and dim < len(tiles.axes) else ()
         names = tuple(n for n in names if n in mesh.names)
+        following = _axis_following_tiles(tiles, dim, mesh, where)
+        if following is not None and len(names) <= 1:
+            names = (following,)
         if not names:
             names = _axes_for_ratio(count, mesh, used, where, dim)
         for name in names:
@@ -205,8 +233,11 @@ def output_relations(
             layout, source = parse_layout(given.outputs[index], mesh, given.path), "relations file"
         elif dist_id in dist.output_shardings:
             layout, source = _from_tiles(dist.output_shardings[dist_id], mesh, where), "annotation"
+        elif base_id in base.output_shardings:  # an SPMD dump: the global module states it
+            layout = _from_tiles(base.output_shardings[base_id], mesh, where)
+            source = "baseline annotation"
         else:
-            layout, source = _from_shapes(b_shape, d_shape, mesh, where), "inferred from shapes"
+            layout, source = REPLICATE, "default"
         relations.append(Relation(dist_id, base_id, f"output {index}", layout, source))
     return relations
 

@@ -35,7 +35,7 @@ from .simulate import NotSimulable, simulate
 
 @dataclass
 class Limits:
-    max_rounds: int = 200
+    max_rounds: int = 20_000
     node_limit: int = 2_000_000
     simulate: bool = True
 
@@ -103,8 +103,9 @@ def verify_graphs(
             "(see docs/how-to/write-a-rule.md)"
         )
     fired: dict[str, int] = {}
+    srl_rules = {r.name for r in rules.rules}
     for name, count in stats.rule_matches.items():
-        if count:
+        if count and name in srl_rules:
             fired[rule_name(name)] = fired.get(rule_name(name), 0) + count
     return Report(
         verdict=verdict,

@@ -363,18 +363,19 @@ def test_spmd_partitioner_dumps() -> None:
     after = load_hlo(SAMPLES / "spmd2d_mlp.after_spmd_partitioning.hlo")
     assert after.num_partitions == 8
     assert [after.input_name(i) for i in after.inputs] == ["x", "w1", "w2"]
-    assert [after.input_shardings[i] for i in after.inputs] == [
-        TileSharding(tiles=(2, 1)),
-        TileSharding(tiles=(1, 4)),
-        TileSharding(tiles=(4, 1)),
-    ]
+    shardings = [after.input_shardings[i] for i in after.inputs]
+    assert [s.tiles for s in shardings] == [(2, 1), (1, 4), (4, 1)]
+    # devices of each tile, row-major: w1's blocks follow the tp coordinate of a (dp, tp) mesh
+    assert shardings[0].devices == tuple(range(8)) and shardings[0].device_grid == (2, 1, 4)
+    assert shardings[1].devices == (0, 4, 1, 5, 2, 6, 3, 7)
+    assert shardings[1].device_grid == (1, 4, 2)
     (ar,) = of_op(after, "all_reduce")
     assert ar.attrs == {"groups": ((0, 1, 2, 3), (4, 5, 6, 7)), "op": "sum"}
     dot = of_op(after, "dot")[0]
     assert dot.loc is not None and str(dot.loc) == "dump2.py:10 (mlp)"
     before = load_hlo(SAMPLES / "spmd2d_mlp.before_spmd_partitioning.hlo")
     assert [before.nodes[i].shape for i in before.inputs] == [(16, 64), (64, 256), (256, 64)]
-    assert before.output_shardings == {before.outputs[0]: TileSharding(tiles=(2, 1))}
+    assert [s.tiles for s in before.output_shardings.values()] == [(2, 1)]
 
 
 @needs_samples
@@ -429,8 +430,9 @@ def test_attribute_parsers() -> None:
     shape = _array_of(Tok("f32[16,64]{1,0}"))
     assert _shape_leaves(shape)[0].dims == (16, 64)
     assert _hlo_sharding("{devices=[1,4,2]<=[2,4]T(1,0) last_tile_dim_replicate}", shape) == [
-        TileSharding(tiles=(1, 4))
+        TileSharding(tiles=(1, 4), devices=(0, 4, 1, 5, 2, 6, 3, 7), device_grid=(1, 4, 2))
     ]
+    assert _hlo_sharding("{devices=[2,2]3,2,1,0}", shape)[0].devices == (3, 2, 1, 0)
     assert _hlo_sharding("{replicated}", shape) == [TileSharding((1, 1), replicated=True)]
     assert _hlo_sharding("{maximal device=0}", shape) == [None]
 

@@ -21,8 +21,8 @@ HLO = MLP / "hlo"
 def test_no_differing_mutant_is_proved_equivalent():
     rules = compile_rule_dir(REPO / "rules")
     total = MutationScore()
-    for _, base, dist, mesh in [*case_pairs(REPO / "rules"), *hlo_pairs(HLO)]:
-        total.add(score(base, dist, rules, mesh))
+    for _, base, dist, mesh, given in [*case_pairs(REPO / "rules"), *hlo_pairs(HLO)]:
+        total.add(score(base, dist, rules, mesh, given))
     print(total.line())
     assert total.wrongly_proved == []
     assert total.differing >= 100

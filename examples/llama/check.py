@@ -1,11 +1,14 @@
 """Numeric sanity check: the correct tp body matches the baseline and every bug changes it.
 
-Usage: python examples/llama/check.py [--config tiny] [--tp 2,4,8] [--layers N]
-       [--seq 8] [--batch 2]
+Usage: python examples/llama/check.py [--config tiny] [--tp 2,4,8,16] [--parts full,layers]
+       [--layers N] [--seq 8] [--batch 2]
 
-Runs real (small) arrays on host CPU devices: for each tp, the loss and the logits of
-`tp_llama` against `llama`, then those of every `tp_<bug>` variant. Exits 1 if the correct
-variant differs, or a bug leaves loss and logits unchanged where export.py exports it.
+Runs real (small) arrays on host CPU devices, for each tp and part, the correct tp variant
+against the baseline, then every `tp_<bug>` variant. --parts full compares the loss and the
+logits of `tp_llama` with `llama`; --parts layers compares the hidden states `tp_decoder`
+returns (after the psums) with those of `decoder`, on random replicated inputs. Exits 1 if
+the correct variant differs, or a bug leaves the outputs unchanged where export.py exports
+it (or changes them where export.py skips it).
 """
 
 from __future__ import annotations
@@ -14,17 +17,21 @@ import argparse
 import dataclasses
 import os
 import sys
+from collections.abc import Callable
+from typing import Any
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", default="tiny")
-    ap.add_argument("--tp", default="2,4,8")
+    ap.add_argument("--tp", default="2,4,8,16")
+    ap.add_argument("--parts", default="full,layers", help="comma-separated: full, layers")
     ap.add_argument("--layers", type=int)
     ap.add_argument("--seq", type=int, default=8)
     ap.add_argument("--batch", type=int, default=2)
     a = ap.parse_args(argv)
     tps = [int(t) for t in a.tp.split(",")]
+    parts = [p for p in a.parts.split(",") if p]
     if "jax" in sys.modules:
         raise RuntimeError("jax was imported before XLA_FLAGS could be set")
     os.environ["XLA_FLAGS"] = (
@@ -35,10 +42,13 @@ def main(argv: list[str] | None = None) -> int:
     import jax
     import jax.numpy as jnp
     import numpy as np
-    from export import CONFIGS, check_divisible, no_op_reason, tp_function
+    from export import CONFIGS, baseline_function, check_divisible, skip_reason, tp_function
     from jax.sharding import Mesh
-    from model import BUGS, llama, llama_logits, param_shapes
+    from model import BUGS, PARTS, param_shapes, part_params
 
+    unknown = set(parts) - set(PARTS)
+    if unknown:
+        raise ValueError(f"unknown parts {sorted(unknown)}; known: {', '.join(PARTS)}")
     cfg = CONFIGS[a.config]
     if a.layers is not None:
         cfg = dataclasses.replace(cfg, layers=a.layers)
@@ -53,36 +63,52 @@ def main(argv: list[str] | None = None) -> int:
     params = jax.tree.map(init, param_shapes(cfg), is_leaf=is_shape)
     tokens = jnp.asarray(rng.integers(0, cfg.vocab, (a.batch, a.seq)), jnp.int32)
     targets = jnp.asarray(rng.integers(0, cfg.vocab, (a.batch, a.seq)), jnp.int32)
+    x = jnp.asarray(rng.standard_normal((a.batch, a.seq, cfg.hidden)), jnp.float32)
+    layer_params = part_params(params, "layers")
 
-    ref_loss = float(jax.jit(lambda p, t, y: llama(p, t, y, cfg=cfg))(params, tokens, targets))
-    ref_logits = np.asarray(jax.jit(lambda p, t: llama_logits(p, t, cfg=cfg))(params, tokens))
-    print(f"{a.config} layers={cfg.layers} baseline loss {ref_loss:.6f}")
+    # Per part, each output the tp variants are compared on: name -> fn -> array.
+    outputs: dict[str, dict[str, Callable[[Callable[..., Any]], np.ndarray]]] = {
+        "full": {
+            "loss": lambda fn: np.asarray(fn(params, tokens, targets)),
+            "logits": lambda fn: np.asarray(fn(params, tokens)),
+        },
+        "layers": {"hidden": lambda fn: np.asarray(fn(layer_params, x))},
+    }
+    ref = {
+        part: {out: run(baseline_function(cfg, out)) for out, run in outputs[part].items()}
+        for part in parts
+    }
+    loss = f", baseline loss {float(ref['full']['loss']):.6f}" if "full" in ref else ""
+    print(f"{a.config} layers={cfg.layers}{loss}")
+
+    def diffs(part: str, mesh: Mesh, bug: str | None) -> dict[str, float]:
+        d = {}
+        for out, run in outputs[part].items():
+            got = run(tp_function(cfg, mesh, bug, output=out))
+            d[out] = float(np.max(np.abs(got - ref[part][out])))
+        return d
+
+    def show(d: dict[str, float]) -> str:
+        return ", ".join(f"max |{out} diff| {v:.2e}" for out, v in d.items())
+
     ok = True
     for tp in tps:
         check_divisible(cfg, tp)
         mesh = Mesh(np.array(jax.devices()[:tp]), ("tp",))
-        loss = float(tp_function(cfg, mesh, None)(params, tokens, targets))
-        logits = np.asarray(tp_function(cfg, mesh, None, logits=True)(params, tokens))
-        err = float(np.max(np.abs(logits - ref_logits)))
-        good = abs(loss - ref_loss) < 1e-4 and err < 1e-4
-        ok &= good
-        print(
-            f"tp={tp} correct: loss {loss:.6f} (diff {loss - ref_loss:+.2e}), "
-            f"max |logits diff| {err:.2e} {'OK' if good else 'MISMATCH'}"
-        )
-        for bug in BUGS:
-            bug_loss = float(tp_function(cfg, mesh, bug)(params, tokens, targets))
-            bug_logits = np.asarray(tp_function(cfg, mesh, bug, logits=True)(params, tokens))
-            bug_err = float(np.max(np.abs(bug_logits - ref_logits)))
-            changed = abs(bug_loss - ref_loss) > 1e-4 or bug_err > 1e-3
-            reason = no_op_reason(bug, cfg, tp)
-            ok &= changed != bool(reason)
-            verdict = ("no-op, not exported: " + reason) if reason else ""
-            verdict = verdict if changed != bool(reason) else "UNEXPECTED"
-            print(
-                f"tp={tp} {bug:>27}: loss {bug_loss:.6f} ({bug_loss - ref_loss:+.4f}), "
-                f"max |logits diff| {bug_err:.3f} {verdict or 'changed'}"
-            )
+        for part in parts:
+            d = diffs(part, mesh, None)
+            good = max(d.values()) < 1e-4
+            ok &= good
+            print(f"tp={tp} {part:>6} {'correct':>27}: {show(d)} {'OK' if good else 'MISMATCH'}")
+            for bug in BUGS:
+                d = diffs(part, mesh, bug)
+                changed = max(d.values()) > 1e-3
+                reason = skip_reason(bug, cfg, tp, part)
+                ok &= changed != bool(reason)
+                verdict = ("skipped: " + reason) if reason else "changed"
+                verdict = verdict if changed != bool(reason) else "UNEXPECTED"
+                print(f"tp={tp} {part:>6} {bug:>27}: {show(d)} {verdict}")
+    print("all OK" if ok else "FAILED")
     return 0 if ok else 1
 
 

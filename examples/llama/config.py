@@ -23,7 +23,9 @@ class LlamaConfig:
 
 
 CONFIGS: dict[str, LlamaConfig] = {
-    "tiny": LlamaConfig(layers=2, hidden=64, heads=8, kv_heads=4, head_dim=8, ffn=128, vocab=256),
+    # tiny: at tp 2 and 4 every device holds >= 2 q heads and >= 2 kv heads, so no
+    # sharded dim has local size 1 (JAX would squeeze it out of the per-device HLO).
+    "tiny": LlamaConfig(layers=2, hidden=128, heads=16, kv_heads=8, head_dim=8, ffn=256, vocab=512),
     "8b": LlamaConfig(
         layers=32, hidden=4096, heads=32, kv_heads=8, head_dim=128, ffn=14336, vocab=128256
     ),

@@ -1,7 +1,12 @@
 """Export the Llama example as HLO text: the baseline and each tensor-parallel variant.
 
 Usage: python examples/llama/export.py --out DIR [--config tiny|8b|70b|405b] [--tp 4]
-       [--layers N] [--seq 8] [--batch 2] [--bugs all|none|name,...]
+       [--parts full|layers] [--layers N] [--seq 8] [--batch 2] [--bugs all|none|name,...]
+
+--parts full (default) exports the whole model: (params, tokens, targets) -> loss.
+--parts layers exports the decoder stack alone: (params, x) -> hidden states, x of shape
+(batch, seq, hidden) replicated, through every layer and the final RMSNorm; no embedding,
+LM head or loss, hence no device index and no gather.
 
 Arguments are ShapeDtypeStructs (with a NamedSharding for the tp variants), so even the
 405B config lowers without allocating a weight. The CLI sets XLA_FLAGS before jax is
@@ -39,20 +44,30 @@ def check_divisible(cfg: LlamaConfig, tp: int) -> None:
         raise ValueError(f"tp={tp} does not split {', '.join(bad)} of {cfg}")
 
 
-def no_op_reason(bug: str, cfg: LlamaConfig, tp: int) -> str | None:
-    """Why a bug variant computes exactly the correct result at this tp, or None.
+def skip_reason(bug: str, cfg: LlamaConfig, tp: int, part: str = "full") -> str | None:
+    """Why a bug variant computes exactly the correct result here, or None.
 
+    Either its line is not on this path (the embedding/loss with part="layers", the
+    kv-head slicing when wk/wv are sharded by in_specs) or it is a no-op at this tp.
     Such a variant is not exported: there is nothing for the verifier to find.
     """
+    from model import kv_sharded
+
     local_heads = cfg.heads // tp
+    if bug == "vocab_ce_on_gathered_logits" and part == "layers":
+        return "--parts layers has no embedding, LM head or loss"
     if tp == 1:
         return "tp=1 has nothing to split"
+    if bug == "kv_heads_wrong_split" and kv_sharded(cfg, tp):
+        return (
+            f"kv_heads={cfg.kv_heads} >= tp={tp}: wk/wv are split by in_specs, "
+            "there is no kv start to get wrong"
+        )
     if bug in ("heads_reshape_wrong_factor", "wrong_transpose") and local_heads == 1:
         return f"one q head per device at tp={tp}: (heads, head_dim) order is moot"
     if bug == "kv_heads_wrong_split":
         group = cfg.heads // cfg.kv_heads
-        local_kv = max(local_heads // group, 1)
-        clamp = cfg.kv_heads - local_kv  # dynamic_slice clamps the start
+        clamp = cfg.kv_heads - 1  # dynamic_slice clamps the start of the one kv head
         if all(
             min(i * local_heads % cfg.kv_heads, clamp) == i * local_heads // group
             for i in range(tp)
@@ -61,27 +76,42 @@ def no_op_reason(bug: str, cfg: LlamaConfig, tp: int) -> str | None:
     return None
 
 
-def tp_function(
-    cfg: LlamaConfig, mesh: Any, bug: str | None, *, logits: bool = False
-) -> Callable[..., Any]:
-    """jit(shard_map(tp_llama)) on mesh: (params, tokens, targets) -> loss.
+def baseline_function(cfg: LlamaConfig, output: str = "loss") -> Callable[..., Any]:
+    """jit of the single-device model; `output` as in `tp_function`."""
+    import jax
+    from model import decoder, llama, llama_logits
 
-    logits=True gives (params, tokens) -> logits split over "tp" on the vocab instead.
+    body = {"loss": llama, "logits": llama_logits, "hidden": decoder}[output]
+    return jax.jit(partial(body, cfg=cfg))
+
+
+def tp_function(
+    cfg: LlamaConfig, mesh: Any, bug: str | None, *, output: str = "loss"
+) -> Callable[..., Any]:
+    """jit(shard_map(...)) of the tp body on mesh, by output:
+
+    "loss": (params, tokens, targets) -> loss (`tp_llama`, the full model);
+    "logits": (params, tokens) -> logits split over "tp" on the vocab;
+    "hidden": (layer params, x) -> hidden states, replicated (`tp_decoder`).
     """
     import jax
     from jax.sharding import PartitionSpec as P
-    from model import tp_llama, tp_llama_logits, tp_param_specs
+    from model import part_params, tp_decoder, tp_llama, tp_llama_logits, tp_param_specs
 
+    specs = tp_param_specs(cfg, mesh.shape["tp"])
     # check_vma=False: the buggy bodies break replication that out_specs claims, and JAX
     # would reject them; proving the claim is Scalify's job, not the tracer's. It also
     # keeps every psum a real all-reduce, so variants differ only by their bug.
-    if logits:
+    if output == "logits":
         body = partial(tp_llama_logits, cfg=cfg, bug=bug)
-        in_specs: tuple[Any, ...] = (tp_param_specs(cfg), P())
+        in_specs: tuple[Any, ...] = (specs, P())
         out_specs = P(None, None, "tp")
+    elif output == "hidden":
+        body = partial(tp_decoder, cfg=cfg, bug=bug)
+        in_specs, out_specs = (part_params(specs, "layers"), P()), P()
     else:
         body = partial(tp_llama, cfg=cfg, bug=bug)
-        in_specs, out_specs = (tp_param_specs(cfg), P(), P()), P()
+        in_specs, out_specs = (specs, P(), P()), P()
     smap = jax.shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False)
     return jax.jit(smap)
 
@@ -93,16 +123,19 @@ def export_all(
     seq: int = 8,
     batch: int = 2,
     bugs: Sequence[str] | None = None,
+    part: str = "full",
 ) -> dict[str, Path]:
     """Write baseline.hlo, tp.hlo and tp_<bug>.hlo to out_dir; return {name: path}.
 
-    bugs=None exports every variant in model.BUGS; pass () for none. A variant that is a
-    no-op at this tp (see `no_op_reason`) is skipped with a note on stderr.
+    part="full" exports the loss of the whole model, part="layers" the decoder stack
+    (hidden states in and out). bugs=None exports every variant in model.BUGS; pass ()
+    for none. A variant that changes nothing here (see `skip_reason`) is skipped with a
+    note on stderr.
     """
     import jax
     import jax.numpy as jnp
     from jax.sharding import NamedSharding
-    from model import BUGS, llama, param_shapes, tp_param_specs
+    from model import BUGS, PARTS, param_shapes, part_params, tp_param_specs
 
     if jax.device_count() < tp:
         raise RuntimeError(
@@ -114,35 +147,45 @@ def export_all(
     unknown = set(bugs) - set(BUGS)
     if unknown:
         raise ValueError(f"unknown bugs {sorted(unknown)}; known: {', '.join(BUGS)}")
+    if part not in PARTS:
+        raise ValueError(f"unknown part {part!r}; known: {', '.join(PARTS)}")
 
     mesh = jax.make_mesh((tp,), ("tp",))
     is_shape = lambda x: isinstance(x, tuple) and all(isinstance(n, int) for n in x)  # noqa: E731
 
     # Abstract args only: lowering never allocates the weights.
-    shapes = param_shapes(cfg)
+    shapes = part_params(param_shapes(cfg), part)
     params = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s, jnp.float32), shapes, is_leaf=is_shape)
-    tokens = jax.ShapeDtypeStruct((batch, seq), jnp.int32)
     sharded_params = jax.tree.map(
         lambda s, spec: jax.ShapeDtypeStruct(s, jnp.float32, sharding=NamedSharding(mesh, spec)),
         shapes,
-        tp_param_specs(cfg),
+        part_params(tp_param_specs(cfg, tp), part),
         is_leaf=is_shape,
     )
     replicated = NamedSharding(mesh, jax.sharding.PartitionSpec())
-    sharded_tokens = jax.ShapeDtypeStruct((batch, seq), jnp.int32, sharding=replicated)
+    if part == "layers":
+        output = "hidden"
+        x_shape, x_dtype = (batch, seq, cfg.hidden), jnp.float32
+        n_inputs = 1  # x
+    else:
+        output = "loss"
+        x_shape, x_dtype = (batch, seq), jnp.int32
+        n_inputs = 2  # tokens, targets
+    x = jax.ShapeDtypeStruct(x_shape, x_dtype)
+    sharded_x = jax.ShapeDtypeStruct(x_shape, x_dtype, sharding=replicated)
+    baseline_args = (params, *[x] * n_inputs)
+    tp_args = (sharded_params, *[sharded_x] * n_inputs)
 
-    baseline_args = (params, tokens, tokens)
-    tp_args = (sharded_params, sharded_tokens, sharded_tokens)
     variants = {
-        "baseline": (jax.jit(partial(llama, cfg=cfg)), baseline_args),
-        "tp": (tp_function(cfg, mesh, None), tp_args),
+        "baseline": (baseline_function(cfg, output), baseline_args),
+        "tp": (tp_function(cfg, mesh, None, output=output), tp_args),
     }
     for bug in bugs:
-        reason = no_op_reason(bug, cfg, tp)
+        reason = skip_reason(bug, cfg, tp, part)
         if reason:
             print(f"skipping tp_{bug}: {reason}", file=sys.stderr)
             continue
-        variants[f"tp_{bug}"] = (tp_function(cfg, mesh, bug), tp_args)
+        variants[f"tp_{bug}"] = (tp_function(cfg, mesh, bug, output=output), tp_args)
 
     # Strip the repo root from source paths so FileNames reads "examples/llama/model.py"
     # whatever the cwd; this is JAX's own option, the HLO text is not edited.
@@ -167,6 +210,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--config", choices=sorted(CONFIGS), default="tiny")
     ap.add_argument("--tp", type=int, default=4)
+    ap.add_argument("--parts", choices=("full", "layers"), default="full")
     ap.add_argument("--layers", type=int, help="override the config's layer count")
     ap.add_argument("--seq", type=int, default=8)
     ap.add_argument("--batch", type=int, default=2)
@@ -182,7 +226,7 @@ def main(argv: list[str] | None = None) -> None:
         os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={a.tp}"
     ).strip()
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
-    for path in export_all(a.out, cfg, a.tp, a.seq, a.batch, bugs).values():
+    for path in export_all(a.out, cfg, a.tp, a.seq, a.batch, bugs, a.parts).values():
         print(path)
 
 

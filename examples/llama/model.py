@@ -2,10 +2,12 @@
 
 `llama` is the reference Scalify checks against. `tp_llama` is the per-device body run
 under `jax.shard_map` on a 1-D ("tp",) mesh, Megatron style: vocab-parallel embedding,
-LM head and cross-entropy; q heads, o-proj rows and MLP gate/up columns and down rows split
-over "tp"; every reduction an explicit `lax.psum` / `lax.pmax`. Each `bug` variant changes
-exactly one line, tagged with a trailing BUG comment naming it, so the verifier's report can
-be checked against the line that computes the wrong operation.
+LM head and cross-entropy; q (and, when kv_heads >= tp, k/v) heads, o-proj rows and MLP
+gate/up columns and down rows split over "tp"; every reduction an explicit `lax.psum` /
+`lax.pmax`. `decoder` / `tp_decoder` are the decoder stack alone (hidden states in, final
+RMSNorm out): no device index and no gather when kv_heads >= tp. Each `bug` variant
+changes exactly one line, tagged with a trailing BUG comment naming it, so the verifier's
+report can be checked against the line that computes the wrong operation.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from jax import Array, lax
 from jax.sharding import PartitionSpec as P
 
 Params = dict[str, Any]
+Part = Literal["full", "layers"]
+PARTS: tuple[Part, ...] = ("full", "layers")
 Bug = Literal[
     "heads_reshape_wrong_factor",
     "wrong_transpose",
@@ -59,17 +63,32 @@ def param_shapes(cfg: LlamaConfig) -> Params:
     }
 
 
-def tp_param_specs(cfg: LlamaConfig) -> Params:
+def part_params(params: Params, part: Part) -> Params:
+    """The subtree a part reads: everything for "full", layers + final norm for "layers".
+
+    Works on any tree shaped like `param_shapes` (shapes, specs, arrays).
+    """
+    return params if part == "full" else {k: params[k] for k in ("layers", "final_norm")}
+
+
+def kv_sharded(cfg: LlamaConfig, tp: int) -> bool:
+    """Whether wk/wv split over "tp" by in_specs: each device then owns kv_heads/tp heads."""
+    return cfg.kv_heads >= tp
+
+
+def tp_param_specs(cfg: LlamaConfig, tp: int) -> Params:
     """How shard_map slices each weight over "tp" (the in_specs of `tp_llama`).
 
-    wk/wv stay whole: with GQA a device's q heads may share one kv head (kv_heads < tp),
-    so each device slices the kv heads it reads itself (see `tp_attention`).
+    wk/wv are column-parallel like wq when kv_heads >= tp. Otherwise a device's q heads
+    share one kv head that other devices read too, so wk/wv stay whole and each device
+    slices the kv head it reads itself (see `slice_kv_head`).
     """
+    kv = P(None, "tp") if kv_sharded(cfg, tp) else P()
     layer = {
         "attn_norm": P(),
         "wq": P(None, "tp"),  # column-parallel: heads/tp q heads per device
-        "wk": P(),
-        "wv": P(),
+        "wk": kv,
+        "wv": kv,
         "wo": P("tp", None),  # row-parallel over the same heads
         "mlp_norm": P(),
         "w_gate": P(None, "tp"),
@@ -152,14 +171,19 @@ def cross_entropy(logits: Array, targets: Array) -> Array:
     return jnp.mean(lse - target_logit)
 
 
-def llama_logits(params: Params, tokens: Array, *, cfg: LlamaConfig) -> Array:
-    """tokens (B, S) int32 -> logits (B, S, vocab)."""
-    cos, sin = rope_tables(tokens.shape[1], cfg)
-    x = jnp.take(params["embed"], tokens, axis=0)
+def decoder(params: Params, x: Array, *, cfg: LlamaConfig) -> Array:
+    """Hidden states (B, S, hidden) through every decoder layer and the final RMSNorm."""
+    cos, sin = rope_tables(x.shape[1], cfg)
     for layer in params["layers"]:
         x = attention(x, layer, cos, sin, cfg)
         x = mlp(x, layer, cfg)
-    return rms_norm(x, params["final_norm"], cfg.rms_eps) @ params["lm_head"]
+    return rms_norm(x, params["final_norm"], cfg.rms_eps)
+
+
+def llama_logits(params: Params, tokens: Array, *, cfg: LlamaConfig) -> Array:
+    """tokens (B, S) int32 -> logits (B, S, vocab)."""
+    x = jnp.take(params["embed"], tokens, axis=0)
+    return decoder(params, x, cfg=cfg) @ params["lm_head"]
 
 
 def llama(params: Params, tokens: Array, targets: Array, *, cfg: LlamaConfig) -> Array:
@@ -179,20 +203,31 @@ def tp_embed(embed: Array, tokens: Array) -> Array:
     return lax.psum(jnp.where(mine[..., None], x, 0.0), "tp")
 
 
+def slice_kv_head(
+    wk: Array, wv: Array, local_heads: int, cfg: LlamaConfig, bug: Bug | None
+) -> tuple[Array, Array]:
+    """kv_heads < tp: cut the one kv head this device's q heads read from whole wk/wv."""
+    hd = cfg.head_dim
+    group = cfg.heads // cfg.kv_heads
+    if bug == "kv_heads_wrong_split":
+        kv_start = lax.axis_index("tp") * local_heads % cfg.kv_heads  # BUG: kv_heads_wrong_split
+    else:
+        kv_start = lax.axis_index("tp") * local_heads // group  # kv head of the first q head
+    wk = lax.dynamic_slice_in_dim(wk, kv_start * hd, hd, axis=1)
+    wv = lax.dynamic_slice_in_dim(wv, kv_start * hd, hd, axis=1)
+    return wk, wv
+
+
 def tp_attention(
     x: Array, layer: Params, cos: Array, sin: Array, cfg: LlamaConfig, bug: Bug | None
 ) -> Array:
     b, s, _ = x.shape
     hd = cfg.head_dim
     local_heads = layer["wq"].shape[1] // hd  # this device's q heads: [i*local_heads, ...)
-    group = cfg.heads // cfg.kv_heads
-    local_kv = max(local_heads // group, 1)  # kv_heads/tp, or 1 shared head if kv_heads < tp
-    if bug == "kv_heads_wrong_split":
-        kv_start = lax.axis_index("tp") * local_heads % cfg.kv_heads  # BUG: kv_heads_wrong_split
-    else:
-        kv_start = lax.axis_index("tp") * local_heads // group  # kv head of the first q head
-    wk = lax.dynamic_slice_in_dim(layer["wk"], kv_start * hd, local_kv * hd, axis=1)
-    wv = lax.dynamic_slice_in_dim(layer["wv"], kv_start * hd, local_kv * hd, axis=1)
+    wk, wv = layer["wk"], layer["wv"]  # column-parallel when kv_heads >= tp
+    if not kv_sharded(cfg, cfg.heads // local_heads):  # whole: slice the kv head we read
+        wk, wv = slice_kv_head(wk, wv, local_heads, cfg, bug)
+    local_kv = wk.shape[1] // hd  # kv_heads/tp, or the 1 shared head if kv_heads < tp
     h = rms_norm(x, layer["attn_norm"], cfg.rms_eps)
     q = h @ layer["wq"]  # column-parallel: (B, S, local_heads * head_dim)
     if bug == "heads_reshape_wrong_factor":
@@ -235,16 +270,21 @@ def tp_cross_entropy(logits: Array, targets: Array) -> Array:
     return jnp.mean(lse - target_logit)
 
 
+def tp_decoder(params: Params, x: Array, *, cfg: LlamaConfig, bug: Bug | None = None) -> Array:
+    """Per-device decoder stack: replicated hidden states in, replicated hidden states out."""
+    cos, sin = rope_tables(x.shape[1], cfg)
+    for layer in params["layers"]:
+        x = tp_attention(x, layer, cos, sin, cfg, bug)
+        x = tp_mlp(x, layer, cfg, bug)
+    return rms_norm(x, params["final_norm"], cfg.rms_eps)
+
+
 def tp_llama_logits(
     params: Params, tokens: Array, *, cfg: LlamaConfig, bug: Bug | None = None
 ) -> Array:
     """Per-device body up to the LM head: returns this device's vocab slice of the logits."""
-    cos, sin = rope_tables(tokens.shape[1], cfg)
     x = tp_embed(params["embed"], tokens)
-    for layer in params["layers"]:
-        x = tp_attention(x, layer, cos, sin, cfg, bug)
-        x = tp_mlp(x, layer, cfg, bug)
-    return rms_norm(x, params["final_norm"], cfg.rms_eps) @ params["lm_head"]
+    return tp_decoder(params, x, cfg=cfg, bug=bug) @ params["lm_head"]
 
 
 def tp_llama(

@@ -15,6 +15,8 @@ import egglog.bindings as egglog
 from scalify.errors import ScalifyError
 
 CHUNK = 400
+# Rounds run between two checks of the size limit; a check reads every table's size.
+ROUNDS_PER_CHECK = 20
 
 
 @dataclass
@@ -47,11 +49,11 @@ class EGraphSession:
     def saturate(self, max_rounds: int, node_limit: int) -> RunStats:
         stats = RunStats()
         schedule = self.egraph.parse_program(
-            "(run-schedule (saturate (run analysis)) (run layout))"
+            f"(run-schedule (repeat {ROUNDS_PER_CHECK} (saturate (run analysis)) (run layout)))"
         )
-        for _ in range(max_rounds):
+        for _ in range(0, max_rounds, ROUNDS_PER_CHECK):
             outputs = self.egraph.run_program(*schedule)
-            stats.rounds += 1
+            stats.rounds += ROUNDS_PER_CHECK
             updated = False
             for output in outputs:
                 report = output.report
@@ -68,7 +70,9 @@ class EGraphSession:
         else:
             stats.limit = f"round limit {max_rounds} reached"
         self.egraph.run_program(
-            *self.egraph.parse_program("(run-schedule (saturate (run analysis)))")
+            *self.egraph.parse_program(
+                "(run-schedule (saturate (run analysis)) (saturate (run report)))"
+            )
         )
         return stats
 

@@ -535,6 +535,8 @@ def _one_sharding(text: str, leaf: _Array) -> TileSharding | None:
     if m is None:
         return None
     tiles = _int_list(m.group(1))
+    devices = _tile_devices(text[m.end() :], tiles)
+    all_tiles = tuple(tiles)
     if "last_tile_dim_replicate" in text:
         tiles = tiles[:-1]
     else:
@@ -543,7 +545,33 @@ def _one_sharding(text: str, leaf: _Array) -> TileSharding | None:
             tiles = tiles[: len(tiles) - len(_split_top(sub.group(1)))]
     if len(tiles) != len(leaf.dims):
         return None
-    return TileSharding(tiles=tuple(tiles), replicated=all(t == 1 for t in tiles))
+    return TileSharding(
+        tiles=tuple(tiles),
+        replicated=all(t == 1 for t in tiles),
+        devices=devices,
+        device_grid=all_tiles,
+    )
+
+
+def _tile_devices(rest: str, tiles: list[int]) -> tuple[int, ...] | None:
+    """The device of each tile, in row-major tile order: `<=[8]`, `<=[2,4]T(1,0)` or an
+    explicit list `0,1,2,3`."""
+    total = 1
+    for t in tiles:
+        total *= t
+    m = re.match(r"\s*<=\s*\[([\d,\s]*)\](?:\s*T\(([\d,\s]*)\))?", rest)
+    if m:
+        import numpy as np
+
+        ids = np.arange(total).reshape(_int_list(m.group(1)) or [total])
+        if m.group(2):
+            ids = ids.transpose(_int_list(m.group(2)))
+        return tuple(int(i) for i in ids.reshape(-1))
+    m = re.match(r"\s*([\d,\s]+)", rest)
+    if m:
+        ids = _int_list(m.group(1))
+        return tuple(ids) if len(ids) == total else None
+    return None
 
 
 _SDY_DIMS_RE = re.compile(

@@ -18,15 +18,11 @@ from scalify.relations import Relation
 
 from .kernels import IDENTITY, REDUCERS, NotSimulable, apply, host
 
-MAX_ELEMENTS = 2_000_000
+MAX_ELEMENTS = 64_000_000
 
 
 def device_coords(mesh: Mesh, device: int) -> dict[str, int]:
-    coords = {}
-    for name, size in reversed(mesh.axes):
-        coords[name] = device % size
-        device //= size
-    return coords
+    return mesh.coords(device)
 
 
 def random_input(node: Node, rng: np.random.Generator) -> np.ndarray:
