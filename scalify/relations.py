@@ -222,7 +222,6 @@ def output_relations(
     relations = []
     for index, (base_id, dist_id) in enumerate(zip(base.outputs, dist.outputs, strict=True)):
         where = f"{dist.path}: output {index}"
-        b_shape, d_shape = base.node(base_id).shape, dist.node(dist_id).shape
         if given and given.outputs is not None:
             if index >= len(given.outputs):
                 raise ScalifyError(
