@@ -105,6 +105,27 @@ def _explain(node: Node, dist: Graph, proven: Proven, mesh: Mesh) -> tuple[str, 
                 "missing before this op)",
                 True,
             )
+    shards = [p for lays in operand_layouts[:1] for lay in lays for p in lay if p.kind == "shard"]
+    if node.op == "split" and any(p.dim == node.attrs["dim"] for p in shards):
+        return (
+            f"reshape splits the sharded dim {node.attrs['dim']} so that its inner part has "
+            f"{node.attrs['inner']} elements per device: the shard no longer lands on the "
+            "outer factor, so each device holds pieces of every block (e.g. heads and "
+            "head_dim swapped)",
+            True,
+        )
+    if node.op == "merge" and any(p.dim == node.attrs["dim"] + 1 for p in shards):
+        return (
+            f"reshape merges dims {node.attrs['dim']} and {node.attrs['dim'] + 1}, but the "
+            "sharded one is the inner dim: the merged dim is not one block per device",
+            True,
+        )
+    if node.op == "transpose" and shards:
+        return (
+            f"transpose {list(node.attrs['perm'])} of a sharded operand gives a layout no "
+            "baseline node has: the dims are permuted differently from the baseline",
+            False,
+        )
     if node.op == "convert":
         return (
             f"convert to {node.dtype}: the baseline computes no such conversion here "
