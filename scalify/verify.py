@@ -22,6 +22,14 @@ from .frontends import load_graph
 from .ir import Graph
 from .layout import canonical, layout_str, local_shape
 from .mesh import Mesh, parse_mesh
+from .partition import (
+    cut_points,
+    merge_segments,
+    segment_relations,
+    segments,
+    structural_key,
+    subgraph,
+)
 from .relations import (
     Relation,
     RelationsFile,
@@ -32,12 +40,19 @@ from .relations import (
 from .report.model import EQUIVALENT, NOT_EQUIVALENT, UNKNOWN, OutputResult, Report, Suspect
 from .simulate import NotSimulable, simulate
 
+# Graphs below this size are proved whole; partitioning pays off on deep stacks.
+PARTITION_MIN_NODES = 400
+# A partitioned proof that fails is redone on the whole graph up to this size, so the
+# report sees every relation (a segment sees only its own).
+WHOLE_GRAPH_RETRY_NODES = 3000
+
 
 @dataclass
 class Limits:
     max_rounds: int = 20_000
     node_limit: int = 2_000_000
     simulate: bool = True
+    partition: bool = True
 
 
 def choose_mesh(text: str | None, dist: Graph, given: RelationsFile | None) -> Mesh:
@@ -72,7 +87,10 @@ def verify_graphs(
     outputs = output_relations(base, dist, mesh, given)
 
     start = time.perf_counter()
-    proof = prove(base, dist, rules.program(), mesh, inputs, limits)
+    proof = None
+    if limits.partition:
+        proof = prove_partitioned(base, dist, rules.program(), mesh, inputs, limits)
+    proof = proof or prove(base, dist, rules.program(), mesh, inputs, limits)
     stats = proof.stats
     timings["prove"] = time.perf_counter() - start
 
@@ -126,8 +144,8 @@ def verify_graphs(
             "rounds": stats.rounds,
             "saturated": stats.saturated,
             "rules_fired": fired,
-            "partitions": 1,
-            "memo_hits": 0,
+            "partitions": proof.partitions,
+            "memo_hits": proof.memo_hits,
         },
         notes=notes,
         counterexample=counterexample,
@@ -189,6 +207,85 @@ class Proof:
     relations: dict
     replicated: set[int]
     stats: RunStats
+    partitions: int = 1
+    memo_hits: int = 0
+    failed: tuple[Graph, Graph, Proof] | None = None  # the segment where a partitioned proof broke
+
+
+def prove_partitioned(
+    base: Graph, dist: Graph, rules_program: str, mesh: Mesh, inputs: list[Relation], limits: Limits
+) -> Proof | None:
+    """Prove segment by segment between cuts (see partition.py), reusing the proof of every
+    structurally identical segment. Cuts are paired in order; where one graph has a cut the
+    other lacks, the next segment of that graph is merged in and the pair tried again. None
+    when the graphs do not cut at all (then the whole graph is proved at once)."""
+    if len(dist.nodes) < PARTITION_MIN_NODES:
+        return None
+    base_cuts, dist_cuts = cut_points(base), cut_points(dist)
+    if (
+        len(base_cuts) < 2
+        or len(dist_cuts) < 2
+        or len(base.outputs) != 1
+        or len(dist.outputs) != 1
+        or base_cuts[-1] != base.outputs[0]
+        or dist_cuts[-1] != dist.outputs[0]
+    ):
+        return None
+    base_segs, dist_segs = segments(base, base_cuts), segments(dist, dist_cuts)
+    total = Proof({}, set(), RunStats(saturated=True))
+    memo: dict[str, list] = {}
+    entry: list = []
+    i = j = 0
+    while i < len(base_segs) and j < len(dist_segs):
+        first_failure = None
+        for take_base, take_dist in ((1, 1), (1, 2), (2, 1)):
+            if i + take_base > len(base_segs) or j + take_dist > len(dist_segs):
+                continue
+            base_seg = merge_segments(base_segs[i : i + take_base])
+            dist_seg = merge_segments(dist_segs[j : j + take_dist])
+            label = f"segment {total.partitions}"
+            base_sub, dist_sub = subgraph(base, base_seg, label), subgraph(dist, dist_seg, label)
+            relations = segment_relations(base_sub, dist_sub, inputs, entry, base_seg.entry)
+            key = structural_key(base_sub, dist_sub, relations)
+            if key in memo and memo[key]:
+                total.memo_hits += 1
+                exit_layouts = memo[key]
+            else:
+                proof = prove(base_sub, dist_sub, rules_program, mesh, relations, limits)
+                _accumulate(total, proof)
+                exit_layouts = [
+                    lay for lay, b in proof.relations.get(dist_seg.exit, ()) if b == base_seg.exit
+                ]
+                memo[key] = exit_layouts
+                if not exit_layouts:
+                    first_failure = first_failure or (base_sub, dist_sub, proof)
+                    continue
+            total.partitions += 1
+            total.relations[dist_seg.exit] = {(lay, base_seg.exit) for lay in exit_layouts}
+            entry = exit_layouts
+            i, j = i + take_base, j + take_dist
+            break
+        else:
+            if len(dist.nodes) <= WHOLE_GRAPH_RETRY_NODES:
+                return None  # small enough: localise in the whole graph, not one segment
+            total.failed = first_failure
+            return total
+    if i < len(base_segs) or j < len(dist_segs):
+        return None
+    return total
+
+
+def _accumulate(total: Proof, proof: Proof) -> None:
+    for node_id, relations in proof.relations.items():
+        total.relations.setdefault(node_id, set()).update(relations)
+    total.replicated |= proof.replicated
+    stats, new = total.stats, proof.stats
+    stats.rounds += new.rounds
+    stats.nodes = max(stats.nodes, new.nodes)
+    stats.saturated &= new.saturated
+    stats.limit = stats.limit or new.limit
+    for rule, count in new.rule_matches.items():
+        stats.rule_matches[rule] = stats.rule_matches.get(rule, 0) + count
 
 
 def _decide(base: Graph, dist: Graph, mesh: Mesh, outputs: list[Relation], proof: Proof):
@@ -219,9 +316,11 @@ def _decide(base: Graph, dist: Graph, mesh: Mesh, outputs: list[Relation], proof
             failing.append((rel, layouts))
     if not failing:
         return results, [], False
-    findings = frontier(dist, base, proven, mesh, proof.replicated) or frontier(
-        dist, base, proven, mesh, set()
-    )
+    # A partitioned proof that broke in one segment is localised inside that segment.
+    where_base, where_dist, where = proof.failed or (base, dist, proof)
+    findings = frontier(
+        where_dist, where_base, where.relations, mesh, where.replicated
+    ) or frontier(where_dist, where_base, where.relations, mesh, set())
     suspects = [_suspect(f.node, f.reason, f.operands) for f in findings]
     definite = any(f.definite for f in findings)
     for rel, layouts in failing:

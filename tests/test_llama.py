@@ -75,3 +75,38 @@ def test_bug_is_caught_at_its_line(cli, exported, bug):
     first = report["suspects"][0]
     assert (first["file"], first["line"]) == ("examples/llama/model.py", bug_line(bug))
     assert report["counterexample"]
+
+
+def test_identical_layers_share_a_proof_and_a_bad_layer_is_found(cli, tmp_path):
+    """Four layers: the correct stack proves one layer and reuses it; with the bug in the
+    last layer only, the report still names the bug's line."""
+    subprocess.run(
+        [
+            sys.executable,
+            str(LLAMA / "export.py"),
+            "--out",
+            str(tmp_path),
+            "--config",
+            "tiny",
+            "--tp",
+            "2",
+            "--parts",
+            "layers",
+            "--layers",
+            "4",
+            "--bugs",
+            "bias_before_allreduce",
+            "--bug-layer",
+            "3",
+        ],
+        check=True,
+        cwd=REPO,
+        capture_output=True,
+    )
+    code, good = verify(cli, tmp_path, "tp")
+    assert good["verdict"] == "equivalent"
+    assert good["stats"]["memo_hits"] >= 2 and good["stats"]["partitions"] >= 6
+    code, bad = verify(cli, tmp_path, "tp_bias_before_allreduce")
+    assert bad["verdict"] == "not_equivalent"
+    first = bad["suspects"][0]
+    assert first["line"] == bug_line("bias_before_allreduce")

@@ -86,7 +86,12 @@ def baseline_function(cfg: LlamaConfig, output: str = "loss") -> Callable[..., A
 
 
 def tp_function(
-    cfg: LlamaConfig, mesh: Any, bug: str | None, *, output: str = "loss"
+    cfg: LlamaConfig,
+    mesh: Any,
+    bug: str | None,
+    *,
+    output: str = "loss",
+    bug_layer: int | None = None,
 ) -> Callable[..., Any]:
     """jit(shard_map(...)) of the tp body on mesh, by output:
 
@@ -107,7 +112,7 @@ def tp_function(
         in_specs: tuple[Any, ...] = (specs, P())
         out_specs = P(None, None, "tp")
     elif output == "hidden":
-        body = partial(tp_decoder, cfg=cfg, bug=bug)
+        body = partial(tp_decoder, cfg=cfg, bug=bug, bug_layer=bug_layer)
         in_specs, out_specs = (part_params(specs, "layers"), P()), P()
     else:
         body = partial(tp_llama, cfg=cfg, bug=bug)
@@ -124,6 +129,7 @@ def export_all(
     batch: int = 2,
     bugs: Sequence[str] | None = None,
     part: str = "full",
+    bug_layer: int | None = None,
 ) -> dict[str, Path]:
     """Write baseline.hlo, tp.hlo and tp_<bug>.hlo to out_dir; return {name: path}.
 
@@ -185,7 +191,10 @@ def export_all(
         if reason:
             print(f"skipping tp_{bug}: {reason}", file=sys.stderr)
             continue
-        variants[f"tp_{bug}"] = (tp_function(cfg, mesh, bug, output=output), tp_args)
+        variants[f"tp_{bug}"] = (
+            tp_function(cfg, mesh, bug, output=output, bug_layer=bug_layer),
+            tp_args,
+        )
 
     # Strip the repo root from source paths so FileNames reads "examples/llama/model.py"
     # whatever the cwd; this is JAX's own option, the HLO text is not edited.
@@ -215,6 +224,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seq", type=int, default=8)
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--bugs", default="all", help="all, none, or a comma-separated list")
+    ap.add_argument("--bug-layer", type=int, help="with --parts layers: the one layer to break")
     a = ap.parse_args(argv)
     cfg = CONFIGS[a.config]
     if a.layers is not None:
@@ -226,7 +236,7 @@ def main(argv: list[str] | None = None) -> None:
         os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={a.tp}"
     ).strip()
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
-    for path in export_all(a.out, cfg, a.tp, a.seq, a.batch, bugs, a.parts).values():
+    for path in export_all(a.out, cfg, a.tp, a.seq, a.batch, bugs, a.parts, a.bug_layer).values():
         print(path)
 
 

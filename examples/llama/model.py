@@ -270,12 +270,21 @@ def tp_cross_entropy(logits: Array, targets: Array) -> Array:
     return jnp.mean(lse - target_logit)
 
 
-def tp_decoder(params: Params, x: Array, *, cfg: LlamaConfig, bug: Bug | None = None) -> Array:
-    """Per-device decoder stack: replicated hidden states in, replicated hidden states out."""
+def tp_decoder(
+    params: Params,
+    x: Array,
+    *,
+    cfg: LlamaConfig,
+    bug: Bug | None = None,
+    bug_layer: int | None = None,
+) -> Array:
+    """Per-device decoder stack: replicated hidden states in, replicated hidden states out.
+    `bug_layer` puts the bug in that layer only (all layers when None)."""
     cos, sin = rope_tables(x.shape[1], cfg)
-    for layer in params["layers"]:
-        x = tp_attention(x, layer, cos, sin, cfg, bug)
-        x = tp_mlp(x, layer, cfg, bug)
+    for index, layer in enumerate(params["layers"]):
+        here = bug if bug_layer is None or index == bug_layer else None
+        x = tp_attention(x, layer, cos, sin, cfg, here)
+        x = tp_mlp(x, layer, cfg, here)
     return rms_norm(x, params["final_norm"], cfg.rms_eps)
 
 

@@ -1,0 +1,212 @@
+"""Partitioning and memoisation: prove a deep graph one segment at a time.
+
+A *cut* is a point in the topological order where exactly one computed value is live (the
+residual stream between two transformer layers is the typical one): everything after it
+depends on earlier work only through that value, the parameters and literals. Both graphs
+are cut, segments are paired in order, and each pair is proved in its own small e-graph
+with the relation proven at the previous cut as an input relation. Chaining is sound: a
+segment's proof holds for every input that satisfies its input relations.
+
+Segments that are structurally identical (same ops, attributes, shapes, dtypes and input
+relations, whatever the parameter names or source lines) share one proof: a stack of
+identical layers is proved once. A bug in one layer makes its segment different, so that
+layer is proved, and localised, on its own.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+from .ir import Graph, Node
+from .layout import Layout, canonical, layout_str
+from .relations import Relation
+
+LITERAL_OPS = {"constant", "iota"}
+
+
+@dataclass
+class Segment:
+    nodes: list[int]  # computed nodes in order, ending with the exit cut
+    entry: int | None  # the cut value this segment starts from (None for the first)
+
+    @property
+    def exit(self) -> int:
+        return self.nodes[-1]
+
+
+@dataclass
+class PartitionStats:
+    partitions: int = 0
+    memo_hits: int = 0
+    failed_segment: int | None = None
+    keys: list[str] = field(default_factory=list)
+
+
+def literal_nodes(graph: Graph) -> set[int]:
+    """Nodes computed from literals only (no parameter among their inputs)."""
+    literal: set[int] = set()
+    for node in graph.nodes.values():
+        if node.op in LITERAL_OPS or (
+            node.op != "parameter" and node.operands and all(o in literal for o in node.operands)
+        ):
+            literal.add(node.id)
+    return literal
+
+
+def cut_points(graph: Graph) -> list[int]:
+    """Computed nodes right after which they are the only computed value still needed."""
+    literal = literal_nodes(graph)
+    order = [n.id for n in graph.nodes.values() if n.op != "parameter" and n.id not in literal]
+    position = {node_id: i for i, node_id in enumerate(order)}
+    last_use = {node_id: position[node_id] for node_id in order}
+    for node in graph.nodes.values():
+        if node.id not in position:
+            continue
+        for operand in node.operands:
+            if operand in last_use:
+                last_use[operand] = max(last_use[operand], position[node.id])
+    for output in graph.outputs:
+        if output in last_use:
+            last_use[output] = len(order)
+    ends_at: dict[int, int] = {}
+    for node_id, last in last_use.items():
+        ends_at[last] = ends_at.get(last, 0) + 1
+    # A parameter used at several places (the residual input of a layer stack) is live from
+    # its first use to its last; one used once never spans a boundary.
+    starts_at: dict[int, int] = {}
+    for node in graph.nodes.values():
+        if node.op != "parameter":
+            continue
+        uses = sorted(position[u] for u in _users_of(graph, node.id) if u in position)
+        if len(uses) > 1 or (node.id in graph.outputs and uses):
+            starts_at[uses[0]] = starts_at.get(uses[0], 0) + 1
+            last = len(order) if node.id in graph.outputs else uses[-1]
+            ends_at[last] = ends_at.get(last, 0) + 1
+    cuts = []
+    live = 0
+    for i, node_id in enumerate(order):
+        live += 1 + starts_at.get(i, 0)  # node i becomes live (and parameters it starts using)
+        live -= ends_at.get(i, 0)  # values whose last use is node i die after it
+        # Never cut at a broadcast: its users need it in the same e-graph to fix its sizes.
+        if live == 1 and last_use[node_id] > i and graph.node(node_id).op != "broadcast":
+            cuts.append(node_id)
+    return cuts
+
+
+def segments(graph: Graph, cuts: list[int]) -> list[Segment]:
+    literal = literal_nodes(graph)
+    result: list[Segment] = []
+    current: list[int] = []
+    entry = None
+    boundaries = set(cuts)
+    for node in graph.nodes.values():
+        if node.op == "parameter" or node.id in literal:
+            continue
+        current.append(node.id)
+        if node.id in boundaries:
+            result.append(Segment(current, entry))
+            entry, current = node.id, []
+    if current:
+        result.append(Segment(current, entry))
+    return result
+
+
+def merge_segments(run: list[Segment]) -> Segment:
+    """Consecutive segments as one (a cut one graph has and the other lacks)."""
+    return Segment([n for seg in run for n in seg.nodes], run[0].entry)
+
+
+def subgraph(graph: Graph, segment: Segment, label: str) -> Graph:
+    """The segment as a graph of its own: the entry cut and the parameters it uses become
+    inputs; the literals it uses are copied in. Node ids stay those of `graph`."""
+    members = set(segment.nodes)
+    literal = literal_nodes(graph)
+    needed_literals: set[int] = set()
+    params: set[int] = set()
+    stack = [o for n in segment.nodes for o in graph.node(n).operands if o not in members]
+    while stack:
+        node_id = stack.pop()
+        node = graph.node(node_id)
+        if node_id == segment.entry:
+            continue
+        if node.op == "parameter":
+            params.add(node_id)
+        elif node_id in literal and node_id not in needed_literals:
+            needed_literals.add(node_id)
+            stack.extend(node.operands)
+    nodes: dict[int, Node] = {}
+    inputs = []
+    if segment.entry is not None:
+        entry = graph.node(segment.entry)
+        nodes[entry.id] = Node(
+            entry.id,
+            "parameter",
+            (),
+            entry.shape,
+            entry.dtype,
+            {"name": "cut", "index": -1},
+            entry.loc,
+            entry.name,
+        )
+        inputs.append(entry.id)
+    for node in graph.nodes.values():
+        if node.id in params or node.id in needed_literals or node.id in members:
+            nodes[node.id] = node
+    inputs += sorted(params, key=lambda i: graph.node(i).attrs.get("index", 0))
+    return Graph(
+        f"{graph.path} [{label}]",
+        nodes,
+        inputs,
+        [segment.exit],
+        mesh_hint=graph.mesh_hint,
+        num_partitions=graph.num_partitions,
+    )
+
+
+def structural_key(base: Graph, dist: Graph, relations: list[Relation]) -> str:
+    """A hash of what the proof of a segment depends on, not of names or source lines."""
+    text = []
+    for graph in (base, dist):
+        renumber = {node_id: i for i, node_id in enumerate(graph.nodes)}
+        inputs = {node_id: k for k, node_id in enumerate(graph.inputs)}
+        for node in graph.nodes.values():
+            attrs = {k: v for k, v in node.attrs.items() if k not in ("name", "index")}
+            text.append(
+                f"{renumber[node.id]}:{node.op}:{node.dtype}:{node.shape}:"
+                f"{inputs.get(node.id, '')}:{sorted(attrs.items())}:"
+                f"{[renumber[o] for o in node.operands]}"
+            )
+        text.append("|")
+    base_pos = {node_id: k for k, node_id in enumerate(base.inputs)}
+    dist_pos = {node_id: k for k, node_id in enumerate(dist.inputs)}
+    text += sorted(
+        f"{dist_pos[r.dist_id]}~{base_pos[r.base_id]}@{layout_str(canonical(r.layout))}"
+        for r in relations
+    )
+    return hashlib.sha256("\n".join(text).encode()).hexdigest()
+
+
+def segment_relations(
+    base_sub: Graph,
+    dist_sub: Graph,
+    inputs: list[Relation],
+    entry: list[Layout],
+    base_entry: int | None,
+) -> list[Relation]:
+    """Global input relations restricted to the segment, plus the proven cut relations."""
+    result = [r for r in inputs if r.dist_id in dist_sub.nodes and r.base_id in base_sub.nodes]
+    if base_entry is not None:
+        dist_entry = dist_sub.inputs[0]
+        result += [
+            Relation(dist_entry, base_entry, "cut", layout, "proven at the cut") for layout in entry
+        ]
+    return result
+
+
+def _users_of(graph: Graph, node_id: int) -> list[int]:
+    cache = getattr(graph, "_users_cache", None)
+    if cache is None:
+        cache = graph.users()
+        graph._users_cache = cache  # type: ignore[attr-defined]
+    return cache[node_id]
