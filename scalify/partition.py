@@ -70,7 +70,7 @@ def cut_points(graph: Graph) -> list[int]:
         if output in last_use:
             last_use[output] = len(order)
     ends_at: dict[int, int] = {}
-    for node_id, last in last_use.items():
+    for last in last_use.values():
         ends_at[last] = ends_at.get(last, 0) + 1
     # A parameter used at several places (the residual input of a layer stack) is live from
     # its first use to its last; one used once never spans a boundary.
