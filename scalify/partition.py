@@ -45,12 +45,16 @@ class PartitionStats:
 
 def literal_nodes(graph: Graph) -> set[int]:
     """Nodes computed from literals only (no parameter among their inputs)."""
+    cached = getattr(graph, "_literal_cache", None)
+    if cached is not None:
+        return cached
     literal: set[int] = set()
     for node in graph.nodes.values():
         if node.op in LITERAL_OPS or (
             node.op != "parameter" and node.operands and all(o in literal for o in node.operands)
         ):
             literal.add(node.id)
+    graph._literal_cache = literal  # type: ignore[attr-defined]
     return literal
 
 
@@ -150,9 +154,9 @@ def subgraph(graph: Graph, segment: Segment, label: str) -> Graph:
             entry.name,
         )
         inputs.append(entry.id)
-    for node in graph.nodes.values():
-        if node.id in params or node.id in needed_literals or node.id in members:
-            nodes[node.id] = node
+    order = _positions(graph)
+    for node_id in sorted(params | needed_literals | members, key=order.__getitem__):
+        nodes[node_id] = graph.node(node_id)
     inputs += sorted(params, key=lambda i: graph.node(i).attrs.get("index", 0))
     return Graph(
         f"{graph.path} [{label}]",
@@ -210,3 +214,11 @@ def _users_of(graph: Graph, node_id: int) -> list[int]:
         cache = graph.users()
         graph._users_cache = cache  # type: ignore[attr-defined]
     return cache[node_id]
+
+
+def _positions(graph: Graph) -> dict[int, int]:
+    cached = getattr(graph, "_position_cache", None)
+    if cached is None:
+        cached = {node_id: i for i, node_id in enumerate(graph.nodes)}
+        graph._position_cache = cached  # type: ignore[attr-defined]
+    return cached

@@ -1,0 +1,164 @@
+"""Scale benchmark: full-size Llama-3.1 decoder stacks and the ratios that show reasoning cost
+does not grow with shapes or the parallel degree.
+
+    python bench/run.py [--quick] [--out bench/results.json]
+
+Graphs are exported from the example model code with shape-only lowering (no weights are
+allocated). Each verification runs in a fresh process so its peak memory is its own. Prints
+a table and writes `bench/results.json` (`models` and `ratios`, measured in this run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def export_llama(out: Path, config: str, tp: int, layers: int | None = None, seq: int = 8) -> Path:
+    args = [
+        sys.executable,
+        str(REPO / "examples/llama/export.py"),
+        "--out",
+        str(out),
+        "--config",
+        config,
+        "--tp",
+        str(tp),
+        "--parts",
+        "layers",
+        "--bugs",
+        "none",
+        "--seq",
+        str(seq),
+    ]
+    if layers:
+        args += ["--layers", str(layers)]
+    subprocess.run(args, check=True, capture_output=True)
+    return out
+
+
+def export_mlp(out: Path, tp: int, hidden: int, ffn: int) -> Path:
+    subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "examples/mlp/export.py"),
+            "--out",
+            str(out),
+            "--dp",
+            "1",
+            "--tp",
+            str(tp),
+            "--hidden",
+            str(hidden),
+            "--ffn",
+            str(ffn),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return out
+
+
+def _verify_child(folder: str, queue) -> None:
+    from scalify.verify import verify_files
+
+    start = time.perf_counter()
+    report = verify_files(f"{folder}/baseline.hlo", f"{folder}/tp.hlo", REPO / "rules")
+    total = time.perf_counter() - start
+    seconds = report.stats["seconds"]
+    queue.put(
+        {
+            "verdict": report.verdict,
+            "seconds": round(total, 3),
+            "load_seconds": seconds.get("load", 0.0),
+            "verify_seconds": round(seconds.get("prove", 0.0) + seconds.get("localise", 0.0), 3),
+            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+            "egraph_nodes": report.stats["egraph_nodes"],
+            "memo_hits": report.stats["memo_hits"],
+            "partitions": report.stats["partitions"],
+            "distributed_nodes": report.stats["distributed_nodes"],
+        }
+    )
+
+
+def measure(folder: Path) -> dict:
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    child = context.Process(target=_verify_child, args=(str(folder), queue))
+    child.start()
+    result = queue.get()
+    child.join()
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="8B only, small ratio graphs")
+    parser.add_argument("--out", type=Path, default=REPO / "bench" / "results.json")
+    args = parser.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="scalify-bench-"))
+    models = []
+    configs = (
+        [("llama-3.1-8b", "8b", 4)]
+        if args.quick
+        else [("llama-3.1-8b", "8b", 4), ("llama-3.1-70b", "70b", 4), ("llama-3.1-405b", "405b", 4)]
+    )
+    for name, config, tp in configs:
+        folder = export_llama(tmp / name, config, tp)
+        result = measure(folder)
+        models.append({"name": name, "config": f"{config}, tp={tp}, decoder layers", **result})
+        print(
+            f"{name:16s} {result['verdict']:14s} {result['seconds']:7.2f} s  load "
+            f"{result['load_seconds']:5.2f}  verify {result['verify_seconds']:5.2f}  "
+            f"rss {result['peak_rss_mb']:7.1f} MB  e-graph {result['egraph_nodes']:6d}  "
+            f"memo {result['memo_hits']}/{result['partitions']}",
+            flush=True,
+        )
+
+    def verify_time(folder: Path) -> float:
+        return measure(folder)["verify_seconds"]
+
+    ratios = {}
+    pairs = {
+        "tp64_over_tp2": (
+            lambda: export_mlp(tmp / "mlp_tp64", 64, 256, 1024),
+            lambda: export_mlp(tmp / "mlp_tp2", 2, 256, 1024),
+        ),
+        "seq_long_over_short": (
+            lambda: export_llama(
+                tmp / "seq_long", "8b", 4, layers=2, seq=8192 if args.quick else 131072
+            ),
+            lambda: export_llama(tmp / "seq_short", "8b", 4, layers=2, seq=128),
+        ),
+        "hidden4x_over_1x": (
+            lambda: export_mlp(tmp / "mlp_h4", 4, 1024, 4096),
+            lambda: export_mlp(tmp / "mlp_h1", 4, 256, 1024),
+        ),
+        "layers126_over_32": (
+            lambda: export_llama(tmp / "layers126", "8b", 4, layers=126),
+            lambda: export_llama(tmp / "layers32", "8b", 4, layers=32),
+        ),
+    }
+    for ratio, (numerator, denominator) in pairs.items():
+        top, bottom = verify_time(numerator()), verify_time(denominator())
+        ratios[ratio] = round(top / max(bottom, 1e-6), 2)
+        print(f"{ratio:20s} {ratios[ratio]:6.2f}  ({top:.3f} s / {bottom:.3f} s)", flush=True)
+    biggest = models[-1]
+    ratios["total_over_parse"] = round(biggest["seconds"] / max(biggest["load_seconds"], 1e-6), 2)
+    print(f"{'total_over_parse':20s} {ratios['total_over_parse']:6.2f}  ({biggest['name']})")
+    args.out.write_text(json.dumps({"models": models, "ratios": ratios}, indent=2) + "\n")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
