@@ -45,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--mesh", help="device mesh, e.g. tp=8 or dp=2,tp=4 (default: from the graph)"
     )
     verify.add_argument("--relations", help="JSON file with input/output layouts")
-    verify.add_argument("--format", choices=["text", "json"], default="text")
+    verify.add_argument("--format", choices=["text", "json", "sarif"], default="text")
     verify.add_argument("-o", "--output", help="write the report to this file")
     verify.add_argument(
         "--max-rounds",
@@ -58,6 +58,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-simulate",
         action="store_true",
         help="do not run small graphs numerically to confirm a mismatch",
+    )
+    verify.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="print only the verdict line and no progress (for CI logs)",
     )
 
     sim = commands.add_parser(
@@ -105,10 +111,19 @@ def _verify(args: argparse.Namespace) -> int:
         args.rules or default_rules_dir(),
         args.mesh,
         args.relations,
-        Limits(args.max_rounds, args.node_limit, not args.no_simulate),
+        Limits(
+            args.max_rounds,
+            args.node_limit,
+            not args.no_simulate,
+            progress=sys.stderr.isatty() and not args.quiet,
+        ),
     )
     text = render(report, args.format)
-    if args.output:
+    if args.quiet and not args.output:
+        first = report.suspects[0] if report.suspects else None
+        where = f" ({first.file}:{first.line})" if first and first.file else ""
+        print(f"verdict: {report.verdict}{where}")
+    elif args.output:
         Path(args.output).write_text(text)
         print(f"verdict: {report.verdict} (report written to {args.output})")
     else:

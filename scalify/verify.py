@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,6 +54,7 @@ class Limits:
     node_limit: int = 2_000_000
     simulate: bool = True
     partition: bool = True
+    progress: bool = False  # a progress line on stderr (the CLI turns it on for a terminal)
 
 
 def choose_mesh(text: str | None, dist: Graph, given: RelationsFile | None) -> Mesh:
@@ -237,6 +239,13 @@ def prove_partitioned(
     entry: list = []
     i = j = 0
     while i < len(base_segs) and j < len(dist_segs):
+        if limits.progress:
+            print(
+                f"\rscalify: segment {j + 1}/{len(dist_segs)} ({total.memo_hits} reused)",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
         first_failure = None
         for take_base, take_dist in ((1, 1), (1, 2), (2, 1)):
             if i + take_base > len(base_segs) or j + take_dist > len(dist_segs):
@@ -270,6 +279,8 @@ def prove_partitioned(
                 return None  # small enough: localise in the whole graph, not one segment
             total.failed = first_failure
             return total
+    if limits.progress:
+        print("\r" + " " * 60 + "\r", end="", file=sys.stderr, flush=True)
     if i < len(base_segs) or j < len(dist_segs):
         return None
     return total

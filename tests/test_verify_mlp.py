@@ -87,3 +87,30 @@ def test_wrong_but_consistent_relations_are_not_proved(cli, tmp_path):
     result = cli("verify", BASE, str(HLO / "tp.hlo"), "--relations", str(relations))
     assert result.code == 1
     assert "required replicate" in result.out
+
+
+def test_sarif_points_at_the_bug(cli):
+    result = cli("verify", BASE, str(HLO / "tp_bias_before_allreduce.hlo"), "--format", "sarif")
+    assert result.code == 1
+    sarif = json.loads(result.out)
+    assert sarif["version"] == "2.1.0"
+    (run,) = sarif["runs"]
+    assert run["properties"]["verdict"] == "not_equivalent"
+    location = run["results"][0]["locations"][0]["physicalLocation"]
+    assert location["artifactLocation"]["uri"] == "examples/mlp/model.py"
+    assert location["region"]["startLine"] == EXPECTED["bias_before_allreduce"][1]
+    assert run["results"][0]["level"] == "error"
+
+
+def test_sarif_of_an_equivalent_pair_has_no_results(cli):
+    sarif = json.loads(cli("verify", BASE, str(HLO / "tp.hlo"), "--format", "sarif").out)
+    assert sarif["runs"][0]["results"] == []
+
+
+def test_quiet_prints_the_verdict_line_only(cli):
+    result = cli("verify", BASE, str(HLO / "tp_wrong_groups.hlo"), "-q")
+    assert result.code == 1
+    assert (
+        result.out
+        == f"verdict: not_equivalent (examples/mlp/model.py:{bug_line('wrong_groups')})\n"
+    )

@@ -2,9 +2,10 @@
 
 from .json_report import render_json
 from .model import Report
+from .sarif import render_sarif
 from .text import render_text
 
-FORMATS = {"text": render_text, "json": render_json}
+FORMATS = {"text": render_text, "json": render_json, "sarif": render_sarif}
 
 
 def render(report: Report, fmt: str) -> str:

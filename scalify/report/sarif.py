@@ -1,0 +1,71 @@
+"""The report as SARIF 2.1.0, for code-scanning in CI: each suspect is a result at its source
+file and line."""
+
+from __future__ import annotations
+
+import json
+
+from .model import EQUIVALENT, NOT_EQUIVALENT, Report
+
+SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+
+
+def render_sarif(report: Report) -> str:
+    level = "error" if report.verdict == NOT_EQUIVALENT else "warning"
+    results = []
+    for suspect in report.suspects:
+        result = {
+            "ruleId": f"scalify/{report.verdict}",
+            "level": level,
+            "message": {"text": f"{suspect.op} `{suspect.node}`: {suspect.reason}"},
+        }
+        if suspect.file:
+            result["locations"] = [
+                {
+                    "physicalLocation": {
+                        "artifactLocation": {"uri": suspect.file},
+                        "region": {"startLine": max(suspect.line, 1)},
+                    }
+                }
+            ]
+        results.append(result)
+    if report.verdict != EQUIVALENT and not results:
+        results.append(
+            {
+                "ruleId": f"scalify/{report.verdict}",
+                "level": level,
+                "message": {"text": "; ".join(report.notes) or report.verdict},
+            }
+        )
+    sarif = {
+        "$schema": SCHEMA,
+        "version": "2.1.0",
+        "runs": [
+            {
+                "tool": {
+                    "driver": {
+                        "name": "scalify",
+                        "rules": [
+                            {
+                                "id": "scalify/not_equivalent",
+                                "shortDescription": {
+                                    "text": "distributed graph differs from baseline"
+                                },
+                            },
+                            {
+                                "id": "scalify/unknown",
+                                "shortDescription": {"text": "equivalence not proved"},
+                            },
+                        ],
+                    }
+                },
+                "properties": {
+                    "verdict": report.verdict,
+                    "mesh": report.mesh,
+                    "counterexample": report.counterexample,
+                },
+                "results": results,
+            }
+        ],
+    }
+    return json.dumps(sarif, indent=2) + "\n"
