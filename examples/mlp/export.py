@@ -11,8 +11,6 @@ that imports this module must have set XLA_FLAGS itself (tests use the CLI).
 from __future__ import annotations
 
 import argparse
-import os
-import re
 import sys
 from collections.abc import Callable
 from functools import partial
@@ -20,7 +18,9 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-REPO_ROOT = HERE.parents[1]
+sys.path.insert(0, str(HERE.parent))
+
+from hlo_export import set_device_count, write_hlo  # noqa: E402
 
 
 def export_all(
@@ -92,21 +92,7 @@ def export_all(
             continue
         variants[f"tp_{bug}"] = (tp_fn(bug), sharded_args)
 
-    # Strip the repo root from source paths so FileNames reads "examples/mlp/model.py"
-    # whatever the cwd; this is JAX's own option, the HLO text is not edited.
-    strip_root = "^" + re.escape(str(REPO_ROOT) + os.sep)
-    old_regex = jax.config.jax_hlo_source_file_canonicalization_regex
-    jax.config.update("jax_hlo_source_file_canonicalization_regex", strip_root)
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        written: dict[str, Path] = {}
-        for name, (fn, args) in variants.items():
-            path = out_dir / f"{name}.hlo"
-            path.write_text(fn.lower(*args).as_text(dialect="hlo", debug_info=True))
-            written[name] = path
-    finally:
-        jax.config.update("jax_hlo_source_file_canonicalization_regex", old_regex)
-    return written
+    return write_hlo(out_dir, variants)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -119,12 +105,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--hidden", type=int, default=64)
     ap.add_argument("--ffn", type=int, default=256)
     a = ap.parse_args(argv)
-    if "jax" in sys.modules:
-        raise RuntimeError("jax was imported before XLA_FLAGS could be set")
-    os.environ["XLA_FLAGS"] = (
-        os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={a.dp * a.tp}"
-    ).strip()
-    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    set_device_count(a.dp * a.tp)
     for path in export_all(a.out, a.dp, a.tp, a.batch, a.hidden, a.ffn).values():
         print(path)
 

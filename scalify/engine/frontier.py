@@ -34,7 +34,28 @@ def _is_literal(node: Node, graph: Graph) -> bool:
 
 
 def related(node_id: int, graph: Graph, proven: Proven, replicated: set[int]) -> bool:
-    return node_id in proven or node_id in replicated or _is_literal(graph.node(node_id), graph)
+    node = graph.node(node_id)
+    return (node_id in proven or node_id in replicated or node_id in _rank_derived(graph)
+            or _is_literal(node, graph))
+
+
+def _rank_derived(graph: Graph) -> set[int]:
+    """A device's own index and arithmetic on it alone (offsets, masks' bounds): legitimate
+    SPMD values, not where a bug starts. The first op that mixes them with data and has no
+    rule is the suspect."""
+    cached = getattr(graph, "_rank_cache", None)
+    if cached is not None:
+        return cached
+    derived: set[int] = set()
+    for node in graph.nodes.values():
+        if node.op == "rank_index" or (
+            node.op not in COLLECTIVES and node.operands
+            and any(o in derived for o in node.operands)
+            and all(o in derived or _is_literal(graph.node(o), graph) for o in node.operands)
+        ):
+            derived.add(node.id)
+    graph._rank_cache = derived  # type: ignore[attr-defined]
+    return derived
 
 
 def describe(node_id: int, dist: Graph, base: Graph, proven: Proven) -> str:

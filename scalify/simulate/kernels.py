@@ -224,6 +224,12 @@ def apply(node: Node, args: list[np.ndarray], operand_dtypes: list[str]) -> np.n
         return args[0][index]
     if op == "concatenate":
         return np.concatenate(args, axis=int(node.attrs["dim"]))
+    if op == "dynamic_slice":
+        sizes = tuple(node.attrs.get("sizes", node.shape))
+        starts = [min(max(int(s), 0), dim - size)
+                  for s, dim, size in zip(args[1:], args[0].shape, sizes, strict=True)]
+        index = tuple(slice(s, s + size) for s, size in zip(starts, sizes, strict=True))
+        return args[0][index]
     raise NotSimulable(
         f"no numeric semantics for `{op}`"
         + (f" ({node.attrs.get('hlo_op')})" if op == "opaque" else "")

@@ -1,0 +1,44 @@
+"""Shared by the JAX examples: fix the host device count before JAX starts, and write HLO
+whose FileNames are repository-relative (JAX's own canonicalisation option; the text is
+never edited)."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def set_device_count(count: int) -> None:
+    """Give XLA `count` CPU devices; must run before jax is imported."""
+    if "jax" in sys.modules:
+        raise RuntimeError("jax was imported before XLA_FLAGS could be set")
+    flags = os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={count}"
+    os.environ["XLA_FLAGS"] = flags.strip()
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+
+def write_hlo(
+    out_dir: Path, variants: dict[str, tuple[Callable[..., Any], list[Any]]]
+) -> dict[str, Path]:
+    """Lower each `name: (jitted fn, abstract args)` and write `out_dir/name.hlo`."""
+    import jax
+
+    strip_root = "^" + re.escape(str(REPO_ROOT) + os.sep)
+    old_regex = jax.config.jax_hlo_source_file_canonicalization_regex
+    jax.config.update("jax_hlo_source_file_canonicalization_regex", strip_root)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        written: dict[str, Path] = {}
+        for name, (fn, args) in variants.items():
+            path = out_dir / f"{name}.hlo"
+            path.write_text(fn.lower(*args).as_text(dialect="hlo", debug_info=True))
+            written[name] = path
+    finally:
+        jax.config.update("jax_hlo_source_file_canonicalization_regex", old_regex)
+    return written
