@@ -143,19 +143,16 @@ def _only_adds_unit_dims(node: Node) -> bool:
     return list(dims) == sorted(dims) and all(node.shape[d] == 1 for d in new)
 
 
-def _squeeze_broadcast(node: Node, operand: Node, next_id: int) -> Node | None:
-    """Broadcasting a size-1 dim is broadcasting along a new dim: drop the operand's unit
-    dims first (a reshape that usually cancels the reshape that made them), so `x[None]`
-    broadcasts and plain broadcasts of the same data get the same form."""
+def _squeezed_alternative(node: Node, operand: Node, next_id: int) -> list[Node]:
+    """The same broadcast with the operand's size-1 dims dropped first (a reshape) and
+    broadcast along new dims instead. Both forms go into the e-graph as equal: `x[None]`
+    broadcasts one way, a tensor whose sharded dim has one element per device the other, and
+    only one of them matches the other graph."""
     unit = [i for i, size in enumerate(operand.shape) if size == 1]
     if not unit:
-        return None
-    kept = tuple(size for i, size in enumerate(operand.shape) if size != 1)
-    node.attrs = {
-        **node.attrs,
-        "dims": tuple(d for i, d in enumerate(node.attrs["dims"]) if i not in unit),
-    }
-    squeezed = Node(
+        return []
+    kept = tuple(size for size in operand.shape if size != 1)
+    squeeze = Node(
         next_id,
         "reshape",
         (operand.id,),
@@ -166,8 +163,32 @@ def _squeeze_broadcast(node: Node, operand: Node, next_id: int) -> Node | None:
         f"{node.name}.squeeze",
         node.framework_op,
     )
-    node.operands = (next_id,)
-    return squeezed
+    dims = tuple(d for i, d in enumerate(node.attrs["dims"]) if i not in unit)
+    broadcast = Node(
+        next_id + 1,
+        "broadcast",
+        (squeeze.id,),
+        node.shape,
+        node.dtype,
+        {**node.attrs, "dims": dims},
+        node.loc,
+        f"{node.name}.alt",
+        node.framework_op,
+    )
+    return [squeeze, broadcast]
+
+
+def _with_equals(nodes: dict[int, Node], live: set[int], equalities) -> set[int]:
+    """Keep the alternative form of every live node, and what it needs."""
+    partner = dict(equalities)
+    stack = [partner[n] for n in live if n in partner]
+    while stack:
+        node_id = stack.pop()
+        if node_id in live or node_id not in nodes:
+            continue
+        live.add(node_id)
+        stack.extend(nodes[node_id].operands)
+    return live
 
 
 def _fold(graph: Graph) -> Graph:
@@ -194,19 +215,28 @@ def _fold(graph: Graph) -> Graph:
         operand = (
             nodes.get(alias.get(node.operands[0], node.operands[0])) if node.operands else None
         )
-        if node.op == "broadcast" and operand is not None and not _is_identity(node, operand):
-            squeeze = _squeeze_broadcast(
-                node, nodes[alias.get(node.operands[0], node.operands[0])], next_id
-            )
-            if squeeze is not None:
-                next_id += 1
-                add(squeeze)
         add(node)
+        if (
+            node.id in nodes
+            and node.op == "broadcast"
+            and operand is not None
+            and not _is_identity(node, operand)
+        ):
+            alternative = _squeezed_alternative(node, operand, next_id)
+            next_id += len(alternative)
+            for extra in alternative:
+                add(extra)
+            if alternative:
+                graph.equalities.append(
+                    (node.id, alias.get(alternative[-1].id, alternative[-1].id))
+                )
     outputs = [alias.get(o, o) for o in graph.outputs]
     live = set(outputs) | set(graph.inputs)
     for node in reversed(list(nodes.values())):
         if node.id in live:
             live.update(node.operands)
+    live = _with_equals(nodes, live, graph.equalities)
+    graph.equalities = [(a, b) for a, b in graph.equalities if a in live and b in live]
     graph.nodes = {i: n for i, n in nodes.items() if i in live}
     graph.output_shardings = {alias.get(k, k): v for k, v in graph.output_shardings.items()}
     graph.outputs = outputs

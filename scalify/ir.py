@@ -123,6 +123,9 @@ class Graph:
     output_shardings: dict[int, TileSharding] = field(default_factory=dict)
     mesh_hint: dict[str, int] = field(default_factory=dict)
     num_partitions: int | None = None
+    # Pairs of nodes that compute the same value in two forms (see canonicalize.py); both
+    # forms go into the e-graph, unioned.
+    equalities: list[tuple[int, int]] = field(default_factory=list)
 
     def node(self, node_id: int) -> Node:
         return self.nodes[node_id]

@@ -129,6 +129,8 @@ def subgraph(graph: Graph, segment: Segment, label: str) -> Graph:
     needed_literals: set[int] = set()
     params: set[int] = set()
     stack = [o for n in segment.nodes for o in graph.node(n).operands if o not in members]
+    partner = {a: b for a, b in graph.equalities} | {b: a for a, b in graph.equalities}
+    stack += [partner[n] for n in segment.nodes if n in partner and partner[n] not in members]
     while stack:
         node_id = stack.pop()
         node = graph.node(node_id)
@@ -139,6 +141,8 @@ def subgraph(graph: Graph, segment: Segment, label: str) -> Graph:
         elif node_id in literal and node_id not in needed_literals:
             needed_literals.add(node_id)
             stack.extend(node.operands)
+            if node_id in partner:  # an alternative form travels with its node
+                stack.append(partner[node_id])
     nodes: dict[int, Node] = {}
     inputs = []
     if segment.entry is not None:
@@ -158,6 +162,7 @@ def subgraph(graph: Graph, segment: Segment, label: str) -> Graph:
     for node_id in sorted(params | needed_literals | members, key=order.__getitem__):
         nodes[node_id] = graph.node(node_id)
     inputs += sorted(params, key=lambda i: graph.node(i).attrs.get("index", 0))
+    equalities = [(a, b) for a, b in graph.equalities if a in nodes and b in nodes]
     return Graph(
         f"{graph.path} [{label}]",
         nodes,
@@ -165,6 +170,7 @@ def subgraph(graph: Graph, segment: Segment, label: str) -> Graph:
         [segment.exit],
         mesh_hint=graph.mesh_hint,
         num_partitions=graph.num_partitions,
+        equalities=equalities,
     )
 
 

@@ -23,7 +23,7 @@ def bug_line(name: str) -> int:
     raise AssertionError(name)
 
 
-@pytest.fixture(scope="module", params=[2, 4], ids=lambda tp: f"tp{tp}")
+@pytest.fixture(scope="module", params=[2, 4, 8], ids=lambda tp: f"tp{tp}")
 def exported(request, tmp_path_factory):
     out = tmp_path_factory.mktemp(f"llama_tp{request.param}")
     subprocess.run(
@@ -68,7 +68,9 @@ def test_decoder_stack_verifies(cli, exported):
     ],
 )
 def test_bug_is_caught_at_its_line(cli, exported, bug):
-    _, out = exported
+    tp, out = exported
+    if not (out / f"tp_{bug}.hlo").exists():
+        pytest.skip(f"{bug} changes nothing at tp={tp} (one q head per device)")
     code, report = verify(cli, out, f"tp_{bug}")
     assert code == 1
     assert report["verdict"] == "not_equivalent"

@@ -27,26 +27,38 @@ def bug_line(name: str) -> int:
 @pytest.fixture(scope="module", params=[2, 4], ids=lambda tp: f"tp{tp}")
 def exported(request, tmp_path_factory):
     out = tmp_path_factory.mktemp(f"sp_tp{request.param}")
-    subprocess.run([sys.executable, str(SP / "export.py"), "--out", str(out), "--tp",
-                    str(request.param)], check=True, cwd=REPO, capture_output=True)
+    subprocess.run(
+        [sys.executable, str(SP / "export.py"), "--out", str(out), "--tp", str(request.param)],
+        check=True,
+        cwd=REPO,
+        capture_output=True,
+    )
     return out
 
 
 def test_sequence_parallel_block_verifies(cli, exported):
-    result = cli("verify", str(exported / "baseline.hlo"), str(exported / "sp.hlo"),
-                 "--format", "json")
+    result = cli(
+        "verify", str(exported / "baseline.hlo"), str(exported / "sp.hlo"), "--format", "json"
+    )
     report = json.loads(result.out)
     assert (result.code, report["verdict"]) == (0, "equivalent")
     assert report["outputs"][0]["proven"] == "shard(1, tp)"
     assert {"all_gather_of_shard", "reduce_scatter_of_partial"} <= set(
-        report["stats"]["rules_fired"])
+        report["stats"]["rules_fired"]
+    )
 
 
-@pytest.mark.parametrize("bug", ["slice_instead_of_reduce_scatter",
-                                 "all_reduce_before_reduce_scatter"])
+@pytest.mark.parametrize(
+    "bug", ["slice_instead_of_reduce_scatter", "all_reduce_before_reduce_scatter"]
+)
 def test_bug_is_caught_at_its_line(cli, exported, bug):
-    result = cli("verify", str(exported / "baseline.hlo"), str(exported / f"sp_{bug}.hlo"),
-                 "--format", "json")
+    result = cli(
+        "verify",
+        str(exported / "baseline.hlo"),
+        str(exported / f"sp_{bug}.hlo"),
+        "--format",
+        "json",
+    )
     report = json.loads(result.out)
     assert result.code == 1 and report["verdict"] == "not_equivalent"
     first = report["suspects"][0]

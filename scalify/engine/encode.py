@@ -34,12 +34,20 @@ def shape_free_nodes(graph: Graph) -> set[int]:
     greatest fixpoint: candidates that lose their anchor are dropped until none does.
     """
     users = graph.users()
+    # The alternative form of a node (graph.equalities) stands where the node stands: it
+    # shares its users.
+    same = {n: {n} for n in graph.nodes}
+    for a, b in graph.equalities:
+        group = same[a] | same[b]
+        for member in group:
+            same[member] = group
+            users[member] = sorted({u for m in group for u in users.get(m, [])})
     outputs = set(graph.outputs)
     free = {
         n.id
         for n in graph.nodes.values()
         if n.op == "broadcast"
-        and n.id not in outputs
+        and not (same[n.id] & outputs)
         and users[n.id]
         and all(graph.node(u).op in ELEMENTWISE for u in users[n.id])
     }
@@ -49,7 +57,8 @@ def shape_free_nodes(graph: Graph) -> set[int]:
             n
             for n in free
             if any(
-                not any(o != n and o in anchored for o in graph.node(u).operands) for u in users[n]
+                not any(o not in same[n] and o in anchored for o in graph.node(u).operands)
+                for u in users[n]
             )
         }
         if not lost:
@@ -114,6 +123,7 @@ class GraphEncoder:
         for node in self.graph.nodes.values():
             result.append(f"(let {self.name(node.id)} {self.term(node)})")
             result.append(f"({tag} {self.name(node.id)} {node.id})")
+        result += [f"(union {self.name(a)} {self.name(b)})" for a, b in self.graph.equalities]
         return result
 
 

@@ -35,8 +35,12 @@ def _is_literal(node: Node, graph: Graph) -> bool:
 
 def related(node_id: int, graph: Graph, proven: Proven, replicated: set[int]) -> bool:
     node = graph.node(node_id)
-    return (node_id in proven or node_id in replicated or node_id in _rank_derived(graph)
-            or _is_literal(node, graph))
+    return (
+        node_id in proven
+        or node_id in replicated
+        or node_id in _rank_derived(graph)
+        or _is_literal(node, graph)
+    )
 
 
 def _rank_derived(graph: Graph) -> set[int]:
@@ -49,7 +53,8 @@ def _rank_derived(graph: Graph) -> set[int]:
     derived: set[int] = set()
     for node in graph.nodes.values():
         if node.op == "rank_index" or (
-            node.op not in COLLECTIVES and node.operands
+            node.op not in COLLECTIVES
+            and node.operands
             and any(o in derived for o in node.operands)
             and all(o in derived or _is_literal(graph.node(o), graph) for o in node.operands)
         ):
@@ -193,8 +198,11 @@ def frontier(
     an empty set when that finds nothing, so a replicated value that differs from the
     baseline is still localised."""
     findings = []
+    needed = _feeding_outputs(dist)
     for node in dist.nodes.values():
-        if node.op == "parameter" or related(node.id, dist, proven, replicated):
+        if node.op == "parameter" or node.id not in needed:
+            continue  # an alternative form (graph.equalities) that the program never uses
+        if related(node.id, dist, proven, replicated):
             continue
         if all(related(o, dist, proven, replicated) for o in node.operands):
             reason, definite = _explain(node, dist, proven, mesh)
@@ -202,6 +210,14 @@ def frontier(
             findings.append(Finding(node, reason, definite, operands))
     findings.sort(key=lambda f: not f.definite)
     return findings
+
+
+def _feeding_outputs(graph: Graph) -> set[int]:
+    needed = set(graph.outputs)
+    for node in reversed(list(graph.nodes.values())):
+        if node.id in needed:
+            needed.update(node.operands)
+    return needed
 
 
 def output_mismatch(node: Node, expected: Layout, proven_layouts: list[Layout]) -> str:

@@ -14,6 +14,10 @@ def load_graph(path: str) -> Graph:
     file = Path(path)
     if not file.is_file():
         raise ScalifyError(f"graph file not found: {path}", path)
+    if file.suffix == ".pt2":  # a torch.export.save archive (zip): the FX frontend
+        from .fx import load_fx
+
+        return canonicalize(load_fx(path))
     try:
         text = file.read_text()
     except (OSError, UnicodeDecodeError) as err:

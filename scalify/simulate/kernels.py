@@ -226,8 +226,10 @@ def apply(node: Node, args: list[np.ndarray], operand_dtypes: list[str]) -> np.n
         return np.concatenate(args, axis=int(node.attrs["dim"]))
     if op == "dynamic_slice":
         sizes = tuple(node.attrs.get("sizes", node.shape))
-        starts = [min(max(int(s), 0), dim - size)
-                  for s, dim, size in zip(args[1:], args[0].shape, sizes, strict=True)]
+        starts = [
+            min(max(int(s), 0), dim - size)
+            for s, dim, size in zip(args[1:], args[0].shape, sizes, strict=True)
+        ]
         index = tuple(slice(s, s + size) for s, size in zip(starts, sizes, strict=True))
         return args[0][index]
     raise NotSimulable(

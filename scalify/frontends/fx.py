@@ -1,0 +1,1248 @@
+"""PyTorch FX frontend: turns `torch.export` programs (`.pt2` files) and in-memory
+`make_fx`/`torch.export` graph modules into Scalify's graph IR.
+
+Each FX `call_function` node is one ATen op (or a functional collective) with its output
+shape and dtype in `node.meta["val"]` (or `tensor_meta`). Ops are mapped to the canonical
+vocabulary of `scalify.ir` the way XLA would lower them, so a PyTorch pair is checked by the
+same rules as an HLO pair:
+
+- matmul family (`mm`, `bmm`, `matmul`, `addmm`, `linear`) -> `dot` with explicit
+  contracting/batch dims (`linear` is `dot(x, W)` contracting x's last dim with W's dim 1,
+  so no transpose node), plus a broadcast `add` for a bias;
+- composite activations and normalisers (`gelu`, `silu`, `relu`, `softmax`, `mean`) ->
+  the elementwise/reduce nodes HLO would hold (`gelu` tanh form: mul, add, tanh, constants);
+- implicit broadcasting and Python scalars -> explicit `broadcast` nodes (a scalar is a
+  rank-0 `constant` broadcast with dims=()), dtype promotion -> explicit `convert` nodes;
+- views (`view`, `reshape`, `unsqueeze`, `squeeze`, `flatten`, ...) -> `reshape`, which
+  `canonicalize` splits into merge/split steps.
+
+Functional collectives (`_c10d_functional.all_reduce` / `all_gather_into_tensor` /
+`reduce_scatter_tensor` / `all_to_all_single`, each followed by an identity `wait_tensor`)
+become `all_reduce` / `all_gather` (dim 0) / `reduce_scatter` (dim 0) / `all_to_all` (dim 0).
+
+**Replica groups.** An FX graph is traced on one rank and names its process group only by a
+string (`"0"`). The frontend assumes the group is *all devices of a 1-D mesh of the group's
+size*: `groups = (tuple(range(size)),)`. The size is the op's own `group_size` argument when
+it has one; otherwise it is read from the group sizes `save_exported` records inside the
+`.pt2` file, or from a live process group of that name in this process. A collective whose
+group size cannot be found becomes an `opaque` op (never proved). On a 2-D mesh the groups
+of one traced rank do not cover every device, so such collectives match no mesh axis and
+stay unproved rather than being assumed right.
+
+Placeholders become parameters named by the placeholder's name, with the `p_` / `b_` /
+`c_` prefixes of `torch.export` stripped so that a baseline and a distributed program of
+modules with the same parameter names pair up. Source locations come from
+`node.meta["stack_trace"]`: the innermost frame outside torch, site-packages and the
+standard library. An op with no mapping becomes `opaque` with `hlo_op` = `aten.<name>`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import operator
+import os
+import re
+import sysconfig
+import zipfile
+from pathlib import Path
+from typing import Any
+
+from scalify.errors import ScalifyError
+from scalify.ir import Graph, Node, SourceLoc
+
+__all__ = ["GROUPS_FILE", "graph_from_fx", "load_fx", "save_exported"]
+
+# The extra file `save_exported` writes into a `.pt2`: {"groups": {name: size}, "world_size": n}.
+GROUPS_FILE = "scalify_groups.json"
+
+_DTYPES = {
+    "float32": "f32",
+    "float64": "f64",
+    "bfloat16": "bf16",
+    "float16": "f16",
+    "int64": "s64",
+    "int32": "s32",
+    "int16": "s16",
+    "int8": "s8",
+    "uint8": "u8",
+    "bool": "pred",
+    "complex64": "c64",
+    "complex128": "c128",
+    "float8_e4m3fn": "f8e4m3fn",
+    "float8_e5m2": "f8e5m2",
+}
+
+_UNARY = {
+    "neg": "neg",
+    "exp": "exp",
+    "log": "log",
+    "tanh": "tanh",
+    "rsqrt": "rsqrt",
+    "sqrt": "sqrt",
+    "abs": "abs",
+    "erf": "erf",
+    "sigmoid": "logistic",
+    "sign": "sign",
+    "floor": "floor",
+    "ceil": "ceil",
+    "cos": "cos",
+    "sin": "sin",
+    "expm1": "exponential_minus_one",
+    "log1p": "log_plus_one",
+    "logical_not": "not",
+    "bitwise_not": "not",
+}
+_BINARY = {
+    "add": "add",
+    "sub": "sub",
+    "mul": "mul",
+    "div": "div",
+    "maximum": "max",
+    "minimum": "min",
+    "pow": "pow",
+    "remainder": "rem",
+    "fmod": "rem",
+    "atan2": "atan2",
+    "logical_and": "and",
+    "logical_or": "or",
+    "logical_xor": "xor",
+    "bitwise_and": "and",
+    "bitwise_or": "or",
+    "bitwise_xor": "xor",
+}
+_COMPARE = {"eq": "EQ", "ne": "NE", "lt": "LT", "le": "LE", "gt": "GT", "ge": "GE"}
+_IDENTITY = frozenset(
+    {"clone", "alias", "detach", "contiguous", "lift_fresh_copy", "lift_fresh", "wait_tensor"}
+)
+_RESHAPES = frozenset(
+    {
+        "view",
+        "reshape",
+        "_unsafe_view",
+        "unsqueeze",
+        "squeeze",
+        "flatten",
+        "unflatten",
+        "view_as",
+        "reshape_as",
+        "expand_dims",
+    }
+)
+_CONVERTS = frozenset({"_to_copy", "to", "type_as", "_to_dtype", "to_dtype"})
+_COLLECTIVE_NAMESPACES = frozenset(
+    {"_c10d_functional", "c10d_functional", "_c10d_functional_autograd"}
+)
+_REDUCE_OPS = {"sum": "sum", "max": "max", "min": "min", "product": "prod", "prod": "prod"}
+# Lifted tensor constants up to this many elements become `constant` nodes (with their
+# literal); larger ones become parameters.
+_MAX_LITERAL = 1024
+
+_LIBRARY_MARKERS = ("site-packages", "dist-packages", "/torch/", "/torch_xla/", "/jax/")
+_FRAME_RE = re.compile(r'File "([^"]+)", line (\d+), in ([^\n]+)')
+
+
+def _stdlib_dirs() -> tuple[str, ...]:
+    dirs = {sysconfig.get_paths().get(k, "") for k in ("stdlib", "platstdlib")}
+    return tuple(os.path.abspath(d) + os.sep for d in dirs if d)
+
+
+_STDLIB = _stdlib_dirs()
+
+
+def _is_library(file: str) -> bool:
+    if file.startswith("<"):
+        return True  # <eval_with_key>, <string>: generated code
+    probe = "/" + file.replace("\\", "/")
+    if any(marker in probe for marker in _LIBRARY_MARKERS):
+        return True
+    return os.path.isabs(file) and os.path.abspath(file).startswith(_STDLIB)
+
+
+def _display_path(file: str, cwd: str) -> str:
+    """A path relative to `cwd` when the file is inside it, else as written."""
+    if not os.path.isabs(file):
+        return file
+    absolute = os.path.abspath(file)
+    if absolute == cwd or absolute.startswith(cwd.rstrip(os.sep) + os.sep):
+        return os.path.relpath(absolute, cwd).replace(os.sep, "/")
+    return file
+
+
+def source_loc(stack_trace: str | None, cwd: str | None = None) -> SourceLoc | None:
+    """The innermost frame of an FX `stack_trace` that is user code (else the innermost)."""
+    if not stack_trace:
+        return None
+    frames = _FRAME_RE.findall(stack_trace)
+    if not frames:
+        return None
+    cwd = cwd or os.getcwd()
+    chosen = next((f for f in reversed(frames) if not _is_library(f[0])), frames[-1])
+    file, line, function = chosen
+    return SourceLoc(_display_path(file, cwd), int(line), function.strip())
+
+
+# --------------------------------------------------------------------------------------------
+# Literals
+
+
+def _number_text(value: Any, dtype: str) -> str:
+    """A scalar as HLO literal text in `dtype`: `1`, `0.5`, `0.7978846`, `-inf`, `true`."""
+    if dtype == "pred":
+        return "true" if value else "false"
+    if dtype[0] in "su":
+        return str(int(value))
+    value = float(value)
+    if math.isnan(value):
+        return "nan"
+    if math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    import numpy as np
+
+    if dtype == "f64":
+        text = repr(value)
+    elif dtype in ("f32", "f16"):
+        text = str(np.float32(value) if dtype == "f32" else np.float16(value))
+    else:  # bf16 and narrower: round through torch, print as f32
+        import torch
+
+        rounded = torch.tensor(value, dtype=getattr(torch, _TORCH_NAMES.get(dtype, "float32")))
+        text = str(np.float32(rounded.float().item()))
+    if text.endswith(".0"):
+        text = text[:-2]
+    return text
+
+
+_TORCH_NAMES = {v: k for k, v in _DTYPES.items()}
+
+
+def _literal_text(values: Any, dtype: str) -> str:
+    """A nested list of scalars as `{{1,2},{3,4}}`; a scalar as its number."""
+    if isinstance(values, list):
+        return "{" + ",".join(_literal_text(v, dtype) for v in values) + "}"
+    return _number_text(values, dtype)
+
+
+# --------------------------------------------------------------------------------------------
+# Lowering
+
+
+class _Unsupported(Exception):
+    """This node's form is not mapped: lower it as an opaque op."""
+
+
+def _dtype_of(torch_dtype: Any) -> str:
+    name = str(torch_dtype).removeprefix("torch.")
+    return _DTYPES.get(name, name)
+
+
+def _is_tensor_meta(value: Any) -> bool:
+    return hasattr(value, "shape") and hasattr(value, "dtype")
+
+
+def _op_name(target: Any) -> tuple[str, str, str]:
+    """(namespace, op, overload) of an FX call target: ("aten", "add", "Tensor")."""
+    packet = getattr(target, "overloadpacket", None)
+    namespace = getattr(target, "namespace", None)
+    if packet is not None and namespace is not None:
+        return namespace, packet.__name__, getattr(target, "_overloadname", "default")
+    if target is operator.getitem:
+        return "", "getitem", ""
+    name = getattr(target, "__name__", str(target))
+    module = getattr(target, "__module__", "") or ""
+    return module.split(".")[0] if module else "", name, ""
+
+
+class _Lowering:
+    def __init__(
+        self,
+        gm: Any,
+        path: str,
+        input_kinds: dict[str, str],
+        constants: dict[str, Any],
+        user_outputs: list[int] | None,
+        group_sizes: dict[str, int],
+    ) -> None:
+        self.gm = gm
+        self.path = path
+        self.input_kinds = input_kinds  # placeholder name -> USER_INPUT/PARAMETER/...
+        self.constants = constants  # placeholder name -> tensor (lifted constants)
+        self.user_outputs = user_outputs
+        self.group_sizes = group_sizes
+        self.nodes: list[Node] = []
+        self.params: list[tuple[int, int]] = []  # (index, node id)
+        self.env: dict[Any, Any] = {}
+        self.cwd = os.getcwd()
+        self.loc_cache: dict[str, SourceLoc | None] = {}
+        self.current: Any = None
+        self.loc: SourceLoc | None = None
+        self.fop = ""
+        self.parts = 0
+
+    # ---- node creation
+
+    def new(
+        self,
+        op: str,
+        operands: tuple[int, ...],
+        shape: tuple[int, ...],
+        dtype: str,
+        attrs: dict[str, Any] | None = None,
+        final: bool = False,
+    ) -> int:
+        node_id = len(self.nodes)
+        base = self.current.name if self.current is not None else op
+        if final:
+            name = base
+        else:
+            self.parts += 1
+            name = f"{base}.{op}{self.parts}"
+        self.nodes.append(
+            Node(node_id, op, operands, shape, dtype, dict(attrs or {}), self.loc, name, self.fop)
+        )
+        return node_id
+
+    def shape(self, value: int) -> tuple[int, ...]:
+        return self.nodes[value].shape
+
+    def dtype(self, value: int) -> str:
+        return self.nodes[value].dtype
+
+    def constant(self, value: Any, dtype: str) -> int:
+        return self.new("constant", (), (), dtype, {"value": _number_text(value, dtype)})
+
+    def fill(self, value: Any, shape: tuple[int, ...], dtype: str) -> int:
+        const = self.constant(value, dtype)
+        if not shape:
+            return const
+        return self.new("broadcast", (const,), shape, dtype, {"dims": ()})
+
+    def convert(self, value: int, dtype: str) -> int:
+        if self.dtype(value) == dtype:
+            return value
+        return self.new("convert", (value,), self.shape(value), dtype, {"dtype": dtype})
+
+    def broadcast_to(self, value: int, shape: tuple[int, ...]) -> int:
+        """numpy-style broadcasting made explicit: trailing dims aligned, size-1 dims grow."""
+        src = self.shape(value)
+        if src == shape:
+            return value
+        if len(src) > len(shape) or any(
+            s not in (1, t) for s, t in zip(reversed(src), reversed(shape), strict=False)
+        ):
+            raise _Unsupported(f"cannot broadcast {list(src)} to {list(shape)}")
+        dims = tuple(range(len(shape) - len(src), len(shape)))
+        return self.new("broadcast", (value,), shape, self.dtype(value), {"dims": dims})
+
+    def operand(self, arg: Any, dtype: str, shape: tuple[int, ...]) -> int:
+        """A tensor or Python scalar argument as a node of `dtype` and `shape`."""
+        value = self.value(arg)
+        if isinstance(value, int) and not isinstance(value, bool) and self.is_node(arg):
+            return self.broadcast_to(self.convert(value, dtype), shape)
+        if isinstance(value, (bool, int, float)):
+            return self.fill(value, shape, dtype)
+        raise _Unsupported(f"operand {arg!r} is not a tensor or a number")
+
+    def is_node(self, arg: Any) -> bool:
+        import torch.fx
+
+        return isinstance(arg, torch.fx.Node)
+
+    def value(self, arg: Any) -> Any:
+        """The lowered value of an FX argument (node id, tuple of ids, or a Python value)."""
+        if self.is_node(arg):
+            if arg not in self.env:
+                raise _Unsupported(f"argument {arg.name} has no value")
+            return self.env[arg]
+        return arg
+
+    def tensor(self, arg: Any) -> int:
+        if not self.is_node(arg):
+            raise _Unsupported(f"expected a tensor, got {arg!r}")
+        value = self.env.get(arg)
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise _Unsupported(f"argument {arg.name} is not a tensor")
+        return value
+
+    # ---- metadata
+
+    def out_meta(self, fx_node: Any) -> Any:
+        meta = fx_node.meta
+        val = meta.get("val")
+        if val is not None:
+            return val
+        return meta.get("tensor_meta")
+
+    def out_type(self, fx_node: Any) -> tuple[tuple[int, ...], str]:
+        meta = self.out_meta(fx_node)
+        if not _is_tensor_meta(meta):
+            raise _Unsupported("no tensor shape in node.meta")
+        return self.shape_of(meta), _dtype_of(meta.dtype)
+
+    def shape_of(self, meta: Any) -> tuple[int, ...]:
+        try:
+            return tuple(int(d) for d in meta.shape)
+        except (TypeError, ValueError):
+            raise ScalifyError(
+                f"node '{self.current.name}' has a dynamic shape {list(meta.shape)}; export "
+                "with static shapes",
+                self.path,
+            ) from None
+
+    def location(self, fx_node: Any) -> SourceLoc | None:
+        trace = fx_node.meta.get("stack_trace")
+        if not trace:
+            return None
+        if trace not in self.loc_cache:
+            self.loc_cache[trace] = source_loc(trace, self.cwd)
+        return self.loc_cache[trace]
+
+    # ---- graph walk
+
+    def run(self) -> Graph:
+        graph = self.gm.graph
+        index = 0
+        outputs: list[int] = []
+        for fx_node in graph.nodes:
+            self.current = fx_node
+            self.loc = self.location(fx_node)
+            self.parts = 0
+            if fx_node.op == "placeholder":
+                self.fop = "placeholder"
+                self.env[fx_node] = self.placeholder(fx_node, index)
+                index += 1
+            elif fx_node.op == "get_attr":
+                self.fop = "get_attr"
+                self.env[fx_node] = self.get_attr(fx_node, index)
+                index += 1
+            elif fx_node.op == "call_function":
+                namespace, name, overload = _op_name(fx_node.target)
+                self.fop = str(fx_node.target)
+                try:
+                    self.env[fx_node] = self.call(fx_node, namespace, name, overload)
+                except _Unsupported:
+                    self.parts = 0
+                    self.env[fx_node] = self.opaque(fx_node, f"{namespace}.{name}")
+            elif fx_node.op in ("call_module", "call_method"):
+                self.fop = f"{fx_node.op}:{fx_node.target}"
+                self.env[fx_node] = self.opaque(fx_node, f"{fx_node.op}.{fx_node.target}")
+            elif fx_node.op == "output":
+                leaves = _flatten(self.value_tree(fx_node.args[0]))
+                outputs = [v for v in leaves if isinstance(v, int) and not isinstance(v, bool)]
+                if self.user_outputs is not None:
+                    picked = [leaves[i] for i in self.user_outputs if i < len(leaves)]
+                    outputs = [v for v in picked if isinstance(v, int) and not isinstance(v, bool)]
+        if not outputs:
+            raise ScalifyError("the program has no tensor outputs", self.path)
+        return self.finish(outputs)
+
+    def value_tree(self, arg: Any) -> Any:
+        if isinstance(arg, (list, tuple)):
+            return [self.value_tree(a) for a in arg]
+        if self.is_node(arg):
+            return self.env.get(arg)
+        return None
+
+    def placeholder(self, fx_node: Any, index: int) -> Any:
+        name = fx_node.name
+        kind = self.input_kinds.get(name)
+        if name in self.constants:
+            literal = self.literal(self.constants[name])
+            if literal is not None:
+                return literal
+        meta = self.out_meta(fx_node)
+        if not _is_tensor_meta(meta):
+            return None  # a symbolic size, a token, ...: nothing downstream needs a node
+        prefix = {"PARAMETER": "p_", "BUFFER": "b_", "CONSTANT_TENSOR": "c_"}.get(kind or "")
+        if kind is None and name.startswith(("p_", "b_")):
+            prefix = name[:2]  # a graph module without its signature: the export prefixes
+        if prefix and name.startswith(prefix) and len(name) > len(prefix):
+            name = name[len(prefix) :]
+        node = self.new(
+            "parameter",
+            (),
+            self.shape_of(meta),
+            _dtype_of(meta.dtype),
+            {"name": name, "index": index},
+            final=True,
+        )
+        self.params.append((index, node))
+        return node
+
+    def get_attr(self, fx_node: Any, index: int) -> Any:
+        """A tensor held by the graph module: a literal when small and not a parameter,
+        else a parameter named by its attribute path."""
+        import torch
+
+        obj: Any = self.gm
+        for part in str(fx_node.target).split("."):
+            obj = getattr(obj, part, None)
+        if not isinstance(obj, torch.Tensor):
+            return None
+        if not isinstance(obj, torch.nn.Parameter):
+            literal = self.literal(obj)
+            if literal is not None:
+                return literal
+        name = str(fx_node.target).replace(".", "_")
+        node = self.new(
+            "parameter",
+            (),
+            tuple(int(d) for d in obj.shape),
+            _dtype_of(obj.dtype),
+            {"name": name, "index": index},
+            final=True,
+        )
+        self.params.append((index, node))
+        return node
+
+    def literal(self, tensor: Any) -> int | None:
+        import torch
+
+        if not isinstance(tensor, torch.Tensor) or tensor.numel() > _MAX_LITERAL:
+            return None
+        if tensor.device.type == "meta" or getattr(tensor, "fake_mode", None) is not None:
+            return None
+        dtype = _dtype_of(tensor.dtype)
+        try:
+            values = tensor.detach().cpu().tolist()
+        except Exception:  # noqa: BLE001 - e.g. a fake tensor: keep it a parameter
+            return None
+        return self.new(
+            "constant",
+            (),
+            tuple(int(d) for d in tensor.shape),
+            dtype,
+            {"value": _literal_text(values, dtype)},
+            final=True,
+        )
+
+    def opaque(self, fx_node: Any, op_name: str, extra: dict[str, Any] | None = None) -> Any:
+        operands: list[int] = []
+        for arg in _flatten([fx_node.args, list(fx_node.kwargs.values())]):
+            if self.is_node(arg):
+                operands.extend(
+                    v
+                    for v in _flatten([self.env.get(arg)])
+                    if isinstance(v, int) and not isinstance(v, bool)
+                )
+        attrs: dict[str, Any] = {"hlo_op": op_name}
+        if extra:
+            attrs.update(extra)
+        meta = self.out_meta(fx_node)
+
+        def build(value: Any, path: tuple[int, ...]) -> Any:
+            if _is_tensor_meta(value):
+                leaf_attrs = dict(attrs, tuple_index=path) if path else dict(attrs)
+                return self.new(
+                    "opaque",
+                    tuple(operands),
+                    self.shape_of(value),
+                    _dtype_of(value.dtype),
+                    leaf_attrs,
+                    final=not path,
+                )
+            if isinstance(value, (list, tuple)):
+                return tuple(build(v, path + (i,)) for i, v in enumerate(value))
+            return None
+
+        return build(meta, ())
+
+    # ---- ops
+
+    def call(self, fx_node: Any, namespace: str, name: str, overload: str) -> Any:
+        args, kwargs = fx_node.args, fx_node.kwargs
+        if name == "getitem" and namespace == "":
+            container = self.value(args[0])
+            if isinstance(container, (tuple, list)):
+                return container[args[1]]
+            raise _Unsupported("getitem of a non-tuple")
+        if namespace in _COLLECTIVE_NAMESPACES:
+            return self.collective(fx_node, name)
+        if namespace != "aten":
+            raise _Unsupported(namespace)
+        if name in _IDENTITY:
+            return self.tensor(args[0])
+        if name == "dropout" or name == "feature_dropout":
+            train = args[2] if len(args) > 2 else kwargs.get("train", True)
+            if train:
+                raise _Unsupported("dropout in training mode")
+            return self.tensor(args[0])
+        shape, dtype = self.out_type(fx_node)
+        if name in _RESHAPES:
+            return self.new("reshape", (self.tensor(args[0]),), shape, dtype, final=True)
+        if name in _CONVERTS:
+            return self.new(
+                "convert", (self.tensor(args[0]),), shape, dtype, {"dtype": dtype}, True
+            )
+        if name in _UNARY:
+            x = self.convert(self.tensor(args[0]), dtype)
+            return self.new(_UNARY[name], (x,), shape, dtype, final=True)
+        if name in _BINARY or name == "rsub":
+            return self.binary(fx_node, name, shape, dtype)
+        if name in _COMPARE:
+            return self.compare(fx_node, _COMPARE[name], shape, dtype)
+        method = getattr(self, f"op_{name}", None)
+        if method is None:
+            raise _Unsupported(name)
+        return method(fx_node, shape, dtype)
+
+    def binary(self, fx_node: Any, name: str, shape: tuple[int, ...], dtype: str) -> int:
+        args, kwargs = fx_node.args, fx_node.kwargs
+        lhs, rhs = args[0], args[1]
+        alpha = args[2] if len(args) > 2 else kwargs.get("alpha", 1)
+        if name == "div" and kwargs.get("rounding_mode") is not None:
+            raise _Unsupported("div with rounding_mode")
+        if name == "rsub":
+            lhs, rhs, name = rhs, lhs, "sub"
+            # rsub(x, y, alpha) = y - alpha * x: after the swap alpha scales the new rhs
+        a = self.operand(lhs, dtype, shape)
+        b = self.operand(rhs, dtype, shape)
+        if alpha != 1 and name in ("add", "sub"):
+            b = self.new("mul", (b, self.fill(alpha, shape, dtype)), shape, dtype)
+        return self.new(_BINARY[name], (a, b), shape, dtype, final=True)
+
+    def compare(self, fx_node: Any, direction: str, shape: tuple[int, ...], dtype: str) -> int:
+        import torch
+
+        lhs, rhs = fx_node.args[0], fx_node.args[1]
+        metas = [self.out_meta(x) if self.is_node(x) else x for x in (lhs, rhs)]
+        common = _dtype_of(torch.result_type(*metas))
+        a = self.operand(lhs, common, shape)
+        b = self.operand(rhs, common, shape)
+        return self.new("compare", (a, b), shape, dtype, {"direction": direction}, True)
+
+    # matmul family
+
+    def dot(
+        self,
+        lhs: int,
+        rhs: int,
+        lc: tuple[int, ...],
+        rc: tuple[int, ...],
+        shape: tuple[int, ...],
+        dtype: str,
+        lb: tuple[int, ...] = (),
+        rb: tuple[int, ...] = (),
+        final: bool = True,
+    ) -> int:
+        lhs, lc, lb = self.absorb_transpose(lhs, lc, lb)
+        rhs, rc, rb = self.absorb_transpose(rhs, rc, rb)
+        attrs = {"lhs_contracting": lc, "rhs_contracting": rc, "lhs_batch": lb, "rhs_batch": rb}
+        lhs, rhs = self.convert(lhs, dtype), self.convert(rhs, dtype)
+        return self.new("dot", (lhs, rhs), shape, dtype, attrs, final)
+
+    def absorb_transpose(
+        self, value: int, contracting: tuple[int, ...], batch: tuple[int, ...]
+    ) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
+        """A dot operand that is a transpose reads the transpose's operand instead, with its
+        dims renumbered, when that keeps the order of the free dims (so the result is the
+        same): `x @ w.t()`, `addmm(b, x, w.t())` and `linear(x, w, b)` become one dot, as
+        XLA's simplifier folds them."""
+        node = self.nodes[value]
+        if node.op != "transpose":
+            return value, contracting, batch
+        perm = node.attrs["perm"]
+        free = [perm[d] for d in range(len(perm)) if d not in contracting and d not in batch]
+        if free != sorted(free):
+            return value, contracting, batch
+        return (
+            node.operands[0],
+            tuple(perm[d] for d in contracting),
+            tuple(perm[d] for d in batch),
+        )
+
+    def op_mm(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
+        a, b = self.tensor(fx_node.args[0]), self.tensor(fx_node.args[1])
+        return self.dot(a, b, (1,), (0,), shape, dtype)
+
+    def op_bmm(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
+        a, b = self.tensor(fx_node.args[0]), self.tensor(fx_node.args[1])
+        return self.dot(a, b, (2,), (1,), shape, dtype, (0,), (0,))
+
+    def op_matmul(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
+        """torch.matmul: vectors contract directly, a 2-D rhs contracts the lhs's last dim,
+        and batched operands are broadcast to a common batch shape first."""
+        a, b = self.tensor(fx_node.args[0]), self.tensor(fx_node.args[1])
+        ra, rb = len(self.shape(a)), len(self.shape(b))
+        if ra == 0 or rb == 0:
+            raise _Unsupported("matmul of a scalar")
+        if rb == 1:
+            return self.dot(a, b, (ra - 1,), (0,), shape, dtype)
+        if ra == 1:
+            if rb != 2:
+                raise _Unsupported("matmul of a vector and a batched matrix")
+            return self.dot(a, b, (0,), (0,), shape, dtype)
+        if rb == 2:
+            return self.dot(a, b, (ra - 1,), (0,), shape, dtype)
+        batch = shape[:-2]
+        a = self.broadcast_to(a, batch + self.shape(a)[-2:])
+        b = self.broadcast_to(b, batch + self.shape(b)[-2:])
+        n = len(batch)
+        dims = tuple(range(n))
+        return self.dot(a, b, (n + 1,), (n,), shape, dtype, dims, dims)
+
+    def op_linear(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
+        """linear(x, W, b) = x @ W^T + b: one dot contracting x's last dim with W's dim 1."""
+        args = fx_node.args
+        x, w = self.tensor(args[0]), self.tensor(args[1])
+        bias = args[2] if len(args) > 2 else fx_node.kwargs.get("bias")
+        rx, rw = len(self.shape(x)), len(self.shape(w))
+        rc = (1,) if rw == 2 else (0,)
+        if bias is None:
+            return self.dot(x, w, (rx - 1,), rc, shape, dtype)
+        product = self.dot(x, w, (rx - 1,), rc, shape, dtype, final=False)
+        b = self.operand(bias, dtype, shape)
+        return self.new("add", (product, b), shape, dtype, final=True)
+
+    def op_addmm(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
+        """addmm(bias, a, b, beta, alpha) = beta * bias + alpha * (a @ b)."""
+        args, kwargs = fx_node.args, fx_node.kwargs
+        a, b = self.tensor(args[1]), self.tensor(args[2])
+        beta, alpha = kwargs.get("beta", 1), kwargs.get("alpha", 1)
+        product = self.dot(a, b, (1,), (0,), shape, dtype, final=False)
+        if alpha != 1:
+            product = self.new("mul", (product, self.fill(alpha, shape, dtype)), shape, dtype)
+        bias = self.operand(args[0], dtype, shape)
+        if beta != 1:
+            bias = self.new("mul", (bias, self.fill(beta, shape, dtype)), shape, dtype)
+        return self.new("add", (product, bias), shape, dtype, final=True)
+
+    # layout and data movement
+
+    def op_permute(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
+        x = self.tensor(fx_node.args[0])
+        rank = len(self.shape(x))
+        perm = tuple(int(d) % rank for d in fx_node.args[1]) if rank else ()
+        return self.new("transpose", (x,), shape, dtype, {"perm": perm}, True)
+
+    def op_transpose(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
+        x = self.tensor(fx_node.args[0])
+        rank = len(self.shape(x))
+        if rank < 2:
+            return x
+        d0, d1 = int(fx_node.args[1]) % rank, int(fx_node.args[2]) % rank
+        perm = list(range(rank))
+        perm[d0], perm[d1] = perm[d1], perm[d0]
+        return self.new("transpose", (x,), shape, dtype, {"perm": tuple(perm)}, True)
+
+    def op_t(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
+        x = self.tensor(fx_node.args[0])
+        if len(self.shape(x)) < 2:
+            return x
+        return self.new("transpose", (x,), shape, dtype, {"perm": (1, 0)}, True)
+
+    def op_expand(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
+        x = self.tensor(fx_node.args[0])
+        out = self.broadcast_to(x, shape)
+        if out != x:
+            self.nodes[out].name = fx_node.name
+        return out
+
+    op_broadcast_to = op_expand
+    op_expand_as = op_expand
+
+    def op_cat(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
+        args = fx_node.args
+        dim = args[1] if len(args) > 1 else fx_node.kwargs.get("dim", 0)
+        parts = [self.convert(self.tensor(t), dtype) for t in args[0]]
+        parts = [p for p in parts if self.shape(p) != (0,) or len(shape) == 1]
+        rank = len(shape)
+        dim = int(dim) % rank
+        if len(parts) == 1:
+            return parts[0]
+        # Concatenates of up to 3 operands; longer lists nest (the e-graph's widest term is 3).
+        acc, rest = parts[:3], parts[3:]
+        while True:
+            sizes = [self.shape(p)[dim] for p in acc]
+            part_shape = shape[:dim] + (sum(sizes),) + shape[dim + 1 :]
+            last = not rest
+            value = self.new("concatenate", tuple(acc), part_shape, dtype, {"dim": dim}, last)
+            if last:
+                return value
+            acc, rest = [value] + rest[:2], rest[2:]
+
+    op_concat = op_cat
+    op_concatenate = op_cat
+
+    def slice_node(
+        self, x: int, dim: int, start: int, stop: int, step: int, final: bool
+    ) -> tuple[int, tuple[int, ...]]:
+        src = self.shape(x)
+        size = src[dim]
+        begin, end, stride = slice(start, stop, step).indices(size)
+        if stride <= 0:
+            raise _Unsupported("negative slice step")
+        count = len(range(begin, end, stride))
+        limit = begin + (count - 1) * stride + 1 if count else begin
+        starts = [0] * len(src)
+        limits = list(src)
+        strides = [1] * len(src)
+        starts[dim], limits[dim], strides[dim] = begin, limit, stride
+        out_shape = src[:dim] + (count,) + src[dim + 1 :]
+        attrs = {"starts": tuple(starts), "limits": tuple(limits), "strides": tuple(strides)}
+        return self.new("slice", (x,), out_shape, self.dtype(x), attrs, final), out_shape
+
+    def op_slice(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
+        args, kwargs = list(fx_node.args), fx_node.kwargs
+        x = self.tensor(args[0])
+        names = ("dim", "start", "end", "step")
+        defaults = (0, None, None, 1)
+        dim, start, end, step = (
+            args[i + 1] if len(args) > i + 1 else kwargs.get(n, d)
+            for i, (n, d) in enumerate(zip(names, defaults, strict=True))
+        )
+        rank = len(self.shape(x))
+        value, _ = self.slice_node(x, int(dim) % rank, start, end, step or 1, final=True)
+        return value
+
+    def op_narrow(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
+        x = self.tensor(fx_node.args[0])
+        rank = len(self.shape(x))
+        dim = int(fx_node.args[1]) % rank
+        start = int(fx_node.args[2])
+        if start < 0:
+            start += self.shape(x)[dim]
+        length = int(fx_node.args[3])
+        value, _ = self.slice_node(x, dim, start, start + length, 1, final=True)
+        return value
+
+    def op_select(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
+        x = self.tensor(fx_node.args[0])
+        rank = len(self.shape(x))
+        dim = int(fx_node.args[1]) % rank
+        index = int(fx_node.args[2])
+        if index < 0:
+            index += self.shape(x)[dim]
+        value, _ = self.slice_node(x, dim, index, index + 1, 1, final=False)
+        return self.new("reshape", (value,), shape, dtype, final=True)
+
+    def split_outputs(self, fx_node: Any, dim: int) -> tuple[int, ...]:
+        """split/chunk/unbind: consecutive slices along `dim`, sized as the outputs are."""
+        x = self.tensor(fx_node.args[0])
+        metas = self.out_meta(fx_node)
+        if not isinstance(metas, (list, tuple)):
+            raise _Unsupported("split without a list of outputs")
+        rank = len(self.shape(x))
+        dim = dim % rank
+        values, offset = [], 0
+        unbind = all(len(self.shape_of(m)) == rank - 1 for m in metas)
+        for meta in metas:
+            out_shape = self.shape_of(meta)
+            size = 1 if unbind else out_shape[dim]
+            value, sliced = self.slice_node(x, dim, offset, offset + size, 1, final=False)
+            if sliced != out_shape:
+                value = self.new("reshape", (value,), out_shape, self.dtype(x))
+            values.append(value)
+            offset += size
+        return tuple(values)
+
+    def op_split(self, fx_node: Any, shape: Any, dtype: Any) -> tuple[int, ...]:
+        args = fx_node.args
+        return self.split_outputs(fx_node, int(args[2] if len(args) > 2 else 0))
+
+    op_split_with_sizes = op_split
+
+    def op_chunk(self, fx_node: Any, shape: Any, dtype: Any) -> tuple[int, ...]:
+        args = fx_node.args
+        return self.split_outputs(fx_node, int(args[2] if len(args) > 2 else 0))
+
+    def op_unbind(self, fx_node: Any, shape: Any, dtype: Any) -> tuple[int, ...]:
+        args = fx_node.args
+        return self.split_outputs(fx_node, int(args[1] if len(args) > 1 else 0))
+
+    # elementwise composites
+
+    def op_where(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
+        cond = self.operand(fx_node.args[0], "pred", shape)
+        a = self.operand(fx_node.args[1], dtype, shape)
+        b = self.operand(fx_node.args[2], dtype, shape)
+        return self.new("select", (cond, a, b), shape, dtype, final=True)
+
+    def op_clamp(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
+        args, kwargs = fx_node.args, fx_node.kwargs
+        x = self.operand(args[0], dtype, shape)
+        lo = args[1] if len(args) > 1 else kwargs.get("min")
+        hi = args[2] if len(args) > 2 else kwargs.get("max")
+        if lo is not None and hi is not None:
+            lo_v, hi_v = self.operand(lo, dtype, shape), self.operand(hi, dtype, shape)
+            return self.new("clamp", (lo_v, x, hi_v), shape, dtype, final=True)
+        if lo is not None:
+            return self.new("max", (x, self.operand(lo, dtype, shape)), shape, dtype, final=True)
+        if hi is not None:
+            return self.new("min", (x, self.operand(hi, dtype, shape)), shape, dtype, final=True)
+        return x
+
+    op_clip = op_clamp
+
+    def op_relu(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
+        x = self.convert(self.tensor(fx_node.args[0]), dtype)
+        return self.new("max", (x, self.fill(0, shape, dtype)), shape, dtype, final=True)
+
+    def op_silu(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
+        x = self.convert(self.tensor(fx_node.args[0]), dtype)
+        sig = self.new("logistic", (x,), shape, dtype)
+        return self.new("mul", (x, sig), shape, dtype, final=True)
+
+    def op_gelu(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
+        """tanh form: 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3))), in the order
+        XLA lowers jax.nn.gelu(approximate=True); erf form: x * 0.5 * (1 + erf(x / sqrt 2))."""
+        x = self.convert(self.tensor(fx_node.args[0]), dtype)
+        approximate = fx_node.kwargs.get(
+            "approximate", fx_node.args[1] if len(fx_node.args) > 1 else "none"
+        )
+
+        def mul(a: int, b: int, final: bool = False) -> int:
+            return self.new("mul", (a, b), shape, dtype, final=final)
+
+        def add(a: int, b: int) -> int:
+            return self.new("add", (a, b), shape, dtype)
+
+        if approximate == "tanh":
+            cube = mul(mul(x, x), x)
+            inner = add(x, mul(cube, self.fill(0.044715, shape, dtype)))
+            scaled = mul(inner, self.fill(math.sqrt(2.0 / math.pi), shape, dtype))
+            t = self.new("tanh", (scaled,), shape, dtype)
+            half = mul(add(t, self.fill(1, shape, dtype)), self.fill(0.5, shape, dtype))
+            return mul(x, half, final=True)
+        if approximate != "none":
+            raise _Unsupported(f"gelu approximate={approximate!r}")
+        e = self.new("erf", (mul(x, self.fill(math.sqrt(0.5), shape, dtype)),), shape, dtype)
+        half = mul(add(e, self.fill(1, shape, dtype)), self.fill(0.5, shape, dtype))
+        return mul(x, half, final=True)
+
+    # reductions
+
+    def reduce_dims(self, x: int, dims: Any) -> tuple[int, ...]:
+        rank = len(self.shape(x))
+        if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
+            return tuple(range(rank))
+        if isinstance(dims, int):
+            dims = [dims]
+        return tuple(sorted({int(d) % rank for d in dims})) if rank else ()
+
+    def reduce(
+        self, x: int, dims: tuple[int, ...], op: str, shape: tuple[int, ...], dtype: str
+    ) -> int:
+        """reduce over `dims`, then a reshape to `shape` when keepdim kept unit dims."""
+        src = self.shape(x)
+        kept = tuple(s for d, s in enumerate(src) if d not in dims)
+        out = self.new("reduce", (x,), kept, dtype, {"dims": dims, "op": op}, final=kept == shape)
+        if kept != shape:
+            out = self.new("reshape", (out,), shape, dtype, final=True)
+        return out
+
+    def reduction(self, fx_node: Any, shape: tuple[int, ...], dtype: str, op: str) -> int:
+        args, kwargs = fx_node.args, fx_node.kwargs
+        x = self.convert(self.tensor(args[0]), dtype)
+        dims = args[1] if len(args) > 1 else kwargs.get("dim")
+        return self.reduce(x, self.reduce_dims(x, dims), op, shape, dtype)
+
+    def op_sum(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
+        return self.reduction(fx_node, shape, dtype, "sum")
+
+    def op_amax(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
+        return self.reduction(fx_node, shape, dtype, "max")
+
+    def op_amin(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
+        return self.reduction(fx_node, shape, dtype, "min")
+
+    def op_prod(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
+        return self.reduction(fx_node, shape, dtype, "prod")
+
+    def op_max(self, fx_node: Any, shape: Any, dtype: Any) -> int:
+        if len(fx_node.args) != 1:  # max.dim returns (values, indices)
+            raise _Unsupported("max.dim")
+        return self.reduction(fx_node, shape, dtype, "max")
+
+    def op_min(self, fx_node: Any, shape: Any, dtype: Any) -> int:
+        if len(fx_node.args) != 1:
+            raise _Unsupported("min.dim")
+        return self.reduction(fx_node, shape, dtype, "min")
+
+    def op_mean(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
+        """mean = reduce sum, then divide by the number of reduced elements."""
+        args, kwargs = fx_node.args, fx_node.kwargs
+        x = self.convert(self.tensor(args[0]), dtype)
+        dims = self.reduce_dims(x, args[1] if len(args) > 1 else kwargs.get("dim"))
+        count = math.prod(self.shape(x)[d] for d in dims)
+        total = self.reduce(x, dims, "sum", shape, dtype)
+        self.nodes[total].name = f"{fx_node.name}.sum"
+        return self.new("div", (total, self.fill(count, shape, dtype)), shape, dtype, final=True)
+
+    def softmax_parts(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> tuple:
+        x = self.convert(self.tensor(fx_node.args[0]), dtype)
+        rank = len(shape)
+        dim = int(fx_node.args[1]) % rank if rank else 0
+        rest = tuple(d for d in range(rank) if d != dim)
+        reduced = tuple(shape[d] for d in rest)
+        peak = self.new("reduce", (x,), reduced, dtype, {"dims": (dim,), "op": "max"})
+        spread = self.new("broadcast", (peak,), shape, dtype, {"dims": rest})
+        shifted = self.new("sub", (x, spread), shape, dtype)
+        e = self.new("exp", (shifted,), shape, dtype)
+        total = self.new("reduce", (e,), reduced, dtype, {"dims": (dim,), "op": "sum"})
+        denominator = self.new("broadcast", (total,), shape, dtype, {"dims": rest})
+        return shifted, e, denominator
+
+    def op_softmax(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
+        """max-reduce, broadcast, sub, exp, sum-reduce, broadcast, div (as jax.nn.softmax)."""
+        _, e, denominator = self.softmax_parts(fx_node, shape, dtype)
+        return self.new("div", (e, denominator), shape, dtype, final=True)
+
+    op__softmax = op_softmax
+
+    def op_log_softmax(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
+        shifted, _, denominator = self.softmax_parts(fx_node, shape, dtype)
+        log = self.new("log", (denominator,), shape, dtype)
+        return self.new("sub", (shifted, log), shape, dtype, final=True)
+
+    op__log_softmax = op_log_softmax
+
+    def op_embedding(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
+        raise _Unsupported("embedding (a gather: no semantics yet)")
+
+    # ---- collectives
+
+    def group_size(self, group: Any) -> int | None:
+        """The size of a process group named in the graph: recorded in the file, else a
+        live group of that name in this process, else None."""
+        name = str(group)
+        if name in self.group_sizes:
+            return int(self.group_sizes[name])
+        try:
+            import torch.distributed as dist
+
+            if dist.is_available() and dist.is_initialized():
+                from torch.distributed.distributed_c10d import _resolve_process_group
+
+                return int(_resolve_process_group(name).size())
+        except Exception:  # noqa: BLE001 - an unknown name: the caller keeps the op opaque
+            return None
+        return None
+
+    def collective(self, fx_node: Any, name: str) -> Any:
+        args, kwargs = fx_node.args, fx_node.kwargs
+        if name == "wait_tensor":
+            return self.tensor(args[0])
+        op_name = f"{_op_name(fx_node.target)[0]}.{name}"
+        shape, dtype = self.out_type(fx_node)
+
+        def arg(i: int, key: str) -> Any:
+            return args[i] if len(args) > i else kwargs.get(key)
+
+        if name == "all_reduce":
+            reduce_op, size = str(arg(1, "reduceOp")).lower(), self.group_size(arg(2, "group_name"))
+        elif name == "all_gather_into_tensor":
+            reduce_op, size = "", int(arg(1, "group_size"))
+        elif name == "reduce_scatter_tensor":
+            reduce_op, size = str(arg(1, "reduceOp")).lower(), int(arg(2, "group_size"))
+        elif name == "all_to_all_single":
+            if arg(1, "output_split_sizes") is not None or arg(2, "input_split_sizes") is not None:
+                raise _Unsupported("all_to_all_single with explicit split sizes")
+            reduce_op, size = "", self.group_size(arg(3, "group_name"))
+        else:
+            raise _Unsupported(name)
+        if size is None:
+            group = arg(3 if name == "all_to_all_single" else 2, "group_name")
+            return self.opaque(fx_node, op_name, {"unresolved_group": str(group)})
+        if reduce_op and reduce_op not in _REDUCE_OPS and reduce_op != "avg":
+            raise _Unsupported(f"reduce op {reduce_op}")
+        x = self.tensor(args[0])
+        attrs: dict[str, Any] = {"groups": (tuple(range(size)),)}
+        if reduce_op:
+            attrs["op"] = "sum" if reduce_op == "avg" else _REDUCE_OPS[reduce_op]
+        kind = {
+            "all_reduce": "all_reduce",
+            "all_gather_into_tensor": "all_gather",
+            "reduce_scatter_tensor": "reduce_scatter",
+            "all_to_all_single": "all_to_all",
+        }[name]
+        if kind != "all_reduce":
+            attrs["dim"] = 0
+        if kind == "all_to_all":
+            attrs["split_dim"] = attrs["concat_dim"] = 0
+        out = self.new(kind, (x,), shape, dtype, attrs, final=reduce_op != "avg")
+        if reduce_op == "avg":
+            out = self.new("div", (out, self.fill(size, shape, dtype)), shape, dtype, final=True)
+        return out
+
+    # ---- result
+
+    def finish(self, outputs: list[int]) -> Graph:
+        """Prune what the outputs do not reach and renumber ids densely, keeping order."""
+        live = bytearray(len(self.nodes))
+        stack = list(outputs)
+        while stack:
+            n = stack.pop()
+            if live[n]:
+                continue
+            live[n] = 1
+            stack.extend(self.nodes[n].operands)
+        remap: dict[int, int] = {}
+        nodes: dict[int, Node] = {}
+        for node in self.nodes:
+            if not live[node.id]:
+                continue
+            new_id = len(remap)
+            remap[node.id] = new_id
+            node.id = new_id
+            node.operands = tuple(remap[o] for o in node.operands)
+            nodes[new_id] = node
+        inputs = [remap[n] for _, n in sorted(self.params) if live[n]]
+        return Graph(
+            path=self.path,
+            nodes=nodes,
+            inputs=inputs,
+            outputs=[remap[o] for o in outputs],
+        )
+
+
+def _flatten(value: Any) -> list[Any]:
+    if isinstance(value, (list, tuple)):
+        out: list[Any] = []
+        for v in value:
+            out.extend(_flatten(v))
+        return out
+    return [value]
+
+
+# --------------------------------------------------------------------------------------------
+# Public API
+
+
+def _import_torch(path: str) -> Any:
+    try:
+        import torch
+    except ImportError:
+        raise ScalifyError(
+            "reading PyTorch graphs needs PyTorch: pip install 'scalify[torch]'", path
+        ) from None
+    return torch
+
+
+def graph_from_fx(
+    gm: Any,
+    path: str,
+    example_inputs: Any = None,
+    *,
+    group_sizes: dict[str, int] | None = None,
+    world_size: int | None = None,
+) -> Graph:
+    """An FX graph to the IR (not yet canonicalized: `scalify.frontends.load_graph` and
+    `canonical_graph_from_fx` do that).
+
+    `gm` is a `torch.fx.GraphModule` from `make_fx` or `torch.export` (its `graph_module`),
+    or a `torch.export.ExportedProgram` (then its signature names parameters and lifted
+    constants). Shapes and dtypes come from `node.meta["val"]` or `["tensor_meta"]`; when they
+    are missing, `example_inputs` are run through `ShapeProp` to fill them in. `group_sizes`
+    maps process-group names to sizes for collectives that do not carry one.
+    """
+    _import_torch(path)
+    input_kinds: dict[str, str] = {}
+    constants: dict[str, Any] = {}
+    user_outputs: list[int] | None = None
+    if hasattr(gm, "graph_signature") and hasattr(gm, "graph_module"):
+        ep = gm
+        gm = ep.graph_module
+        for spec in ep.graph_signature.input_specs:
+            arg_name = getattr(spec.arg, "name", None)
+            if arg_name is None:
+                continue
+            input_kinds[arg_name] = spec.kind.name
+            if spec.kind.name == "CONSTANT_TENSOR" and spec.target in ep.constants:
+                constants[arg_name] = ep.constants[spec.target]
+        user_outputs = [
+            i
+            for i, spec in enumerate(ep.graph_signature.output_specs)
+            if spec.kind.name == "USER_OUTPUT"
+        ]
+    if example_inputs is not None and any(
+        n.op != "output" and "val" not in n.meta and "tensor_meta" not in n.meta
+        for n in gm.graph.nodes
+    ):
+        from torch.fx.passes.shape_prop import ShapeProp
+
+        ShapeProp(gm).propagate(*example_inputs)
+    lowering = _Lowering(gm, path, input_kinds, constants, user_outputs, dict(group_sizes or {}))
+    try:
+        graph = lowering.run()
+    except ScalifyError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the contract: users only ever see ScalifyError
+        where = f" at node '{lowering.current.name}'" if lowering.current is not None else ""
+        raise ScalifyError(
+            f"cannot read the FX graph{where} ({type(exc).__name__}: {exc})", path
+        ) from exc
+    if world_size and world_size > 1:
+        graph.num_partitions = world_size
+    return graph
+
+
+def load_fx(path: str | Path) -> Graph:
+    """Read a `torch.export.save` file (`.pt2`) into the IR (not yet canonicalized)."""
+    p = str(path)
+    torch = _import_torch(p)
+    if not Path(p).is_file():
+        raise ScalifyError(f"graph file not found: {p}", p)
+    if not zipfile.is_zipfile(p):
+        raise ScalifyError(
+            "not a PyTorch export file: a .pt2 file is a zip archive",
+            p,
+            notes=["expected a file written by torch.export.save"],
+        )
+    extra = {GROUPS_FILE: ""}
+    # torch logs a full traceback at WARNING before re-raising; the error below says it all.
+    export_log = logging.getLogger("torch.export")
+    old_level = export_log.level
+    export_log.setLevel(logging.ERROR)
+    try:
+        ep = torch.export.load(p, extra_files=extra)
+    except Exception as exc:  # noqa: BLE001 - zip, json, pickle or op-registry errors
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise ScalifyError(
+            f"cannot read PyTorch export file ({type(exc).__name__}: {first[:200]})",
+            p,
+            notes=["expected a file written by torch.export.save"],
+        ) from None
+    finally:
+        export_log.setLevel(old_level)
+    groups: dict[str, int] = {}
+    world_size = None
+    if extra.get(GROUPS_FILE):
+        try:
+            recorded = json.loads(extra[GROUPS_FILE])
+            groups = {str(k): int(v) for k, v in recorded.get("groups", {}).items()}
+            world_size = recorded.get("world_size")
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise ScalifyError(f"bad {GROUPS_FILE} inside the export file: {exc}", p) from None
+    return graph_from_fx(ep, p, group_sizes=groups, world_size=world_size)
+
+
+def save_exported(ep: Any, path: str | Path) -> None:
+    """`torch.export.save`, recording the size of every process group the program's
+    collectives name (resolved in this process), so `load_fx` can read them later without
+    a process group."""
+    import torch
+
+    sizes: dict[str, int] = {}
+    lowering = _Lowering(ep.graph_module, str(path), {}, {}, None, {})
+    for node in ep.graph.nodes:
+        if node.op != "call_function":
+            continue
+        namespace, _, _ = _op_name(node.target)
+        if namespace not in _COLLECTIVE_NAMESPACES:
+            continue
+        for value in list(node.args) + list(node.kwargs.values()):
+            if isinstance(value, str) and value not in sizes:
+                size = lowering.group_size(value)
+                if size is not None:
+                    sizes[value] = size
+    record: dict[str, Any] = {"groups": sizes}
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            record["world_size"] = dist.get_world_size()
+    except Exception:  # noqa: BLE001 - no default group: nothing to record
+        pass
+    torch.export.save(ep, str(path), extra_files={GROUPS_FILE: json.dumps(record)})
