@@ -108,9 +108,9 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="scalify-bench-"))
     models = []
     configs = (
-        [("llama-3.1-8b", "8b", 4)]
+        [("llama-3.1-8b", "8b", 8)]
         if args.quick
-        else [("llama-3.1-8b", "8b", 4), ("llama-3.1-70b", "70b", 4), ("llama-3.1-405b", "405b", 4)]
+        else [("llama-3.1-8b", "8b", 8), ("llama-3.1-70b", "70b", 8), ("llama-3.1-405b", "405b", 8)]
     )
     for name, config, tp in configs:
         folder = export_llama(tmp / name, config, tp)
@@ -135,17 +135,17 @@ def main() -> int:
         ),
         "seq_long_over_short": (
             lambda: export_llama(
-                tmp / "seq_long", "8b", 4, layers=2, seq=8192 if args.quick else 131072
+                tmp / "seq_long", "8b", 8, layers=2, seq=8192 if args.quick else 131072
             ),
-            lambda: export_llama(tmp / "seq_short", "8b", 4, layers=2, seq=128),
+            lambda: export_llama(tmp / "seq_short", "8b", 8, layers=2, seq=128),
         ),
         "hidden4x_over_1x": (
             lambda: export_mlp(tmp / "mlp_h4", 4, 1024, 4096),
             lambda: export_mlp(tmp / "mlp_h1", 4, 256, 1024),
         ),
         "layers126_over_32": (
-            lambda: export_llama(tmp / "layers126", "8b", 4, layers=126),
-            lambda: export_llama(tmp / "layers32", "8b", 4, layers=32),
+            lambda: export_llama(tmp / "layers126", "8b", 8, layers=126),
+            lambda: export_llama(tmp / "layers32", "8b", 8, layers=32),
         ),
     }
     for ratio, (numerator, denominator) in pairs.items():

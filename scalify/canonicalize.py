@@ -134,13 +134,14 @@ def canonicalize(graph: Graph) -> Graph:
     return graph
 
 
-def _only_adds_unit_dims(node: Node) -> bool:
-    """A broadcast that only inserts size-1 dims, in order, is a reshape."""
+def _only_adds_unit_dims(node: Node, operand: Node) -> bool:
+    """A broadcast that only inserts size-1 dims, in order, and stretches none, is a reshape."""
     if node.op != "broadcast":
         return False
     dims = tuple(node.attrs["dims"])
     new = [d for d in range(len(node.shape)) if d not in dims]
-    return list(dims) == sorted(dims) and all(node.shape[d] == 1 for d in new)
+    kept = all(node.shape[d] == operand.shape[i] for i, d in enumerate(dims))
+    return list(dims) == sorted(dims) and kept and all(node.shape[d] == 1 for d in new)
 
 
 def _squeezed_alternative(node: Node, operand: Node, next_id: int) -> list[Node]:
@@ -199,7 +200,7 @@ def _fold(graph: Graph) -> Graph:
     def add(node: Node) -> None:
         operands = tuple(alias.get(o, o) for o in node.operands)
         node.operands = operands
-        if _only_adds_unit_dims(node):
+        if operands and _only_adds_unit_dims(node, nodes[operands[0]]):
             node.op, node.attrs = "reshape", {}
         if len(operands) == 1 and _is_identity(node, nodes[operands[0]]):
             alias[node.id] = operands[0]

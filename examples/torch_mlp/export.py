@@ -18,15 +18,28 @@ Source paths in stack traces are made relative to the repository root, so report
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sys
 from pathlib import Path
+from types import ModuleType
 
 HERE = Path(__file__).resolve().parent
 REPO_ROOT = HERE.parents[1]
-for entry in (str(HERE), str(REPO_ROOT)):
-    if entry not in sys.path:
-        sys.path.insert(0, entry)
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+
+def load_model() -> ModuleType:
+    """examples/torch_mlp/model.py under its own module name (examples/mlp has a `model`)."""
+    name = "scalify_example_torch_mlp_model"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, HERE / "model.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
 
 
 def fake_process_group(world: int) -> object:
@@ -84,6 +97,7 @@ def _dtensor_program(full, x, tp: int):
         if name is None:
             continue
         gm.register_parameter(name, torch.nn.Parameter(tensor.detach().clone()))
+        delattr(gm, node.target)
         node.target = name
     gm.graph.lint()
     gm.recompile()
@@ -100,18 +114,19 @@ def export_all(
 ) -> dict[str, Path]:
     """Write baseline.pt2, tp.pt2, tp_<bug>.pt2 (and dtensor.pt2) to out_dir."""
     import torch
-    from model import BUGS, MLP, TPMLP
 
     from scalify.frontends.fx import save_exported
 
+    model = load_model()
+
     group = fake_process_group(tp)
     torch.manual_seed(0)
-    full = MLP(hidden, ffn).eval()
+    full = model.MLP(hidden, ffn).eval()
     x = torch.randn(batch, hidden)
     programs = {"baseline": torch.export.export(full, (x,))}
-    for bug in (None, *BUGS):
+    for bug in (None, *model.BUGS):
         name = "tp" if bug is None else f"tp_{bug}"
-        programs[name] = torch.export.export(TPMLP(full, 0, tp, group, bug).eval(), (x,))
+        programs[name] = torch.export.export(model.TPMLP(full, 0, tp, group, bug).eval(), (x,))
     if dtensor:
         programs["dtensor"] = _dtensor_program(full, x, tp)
     out_dir.mkdir(parents=True, exist_ok=True)

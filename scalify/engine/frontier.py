@@ -120,6 +120,27 @@ def _explain(node: Node, dist: Graph, proven: Proven, mesh: Mesh) -> tuple[str, 
             f"({_layouts_text(operand_layouts[0])})",
             False,
         )
+    partial_ops = {
+        p.op: p.axis for lays in operand_layouts for lay in lays for p in lay if p.kind == "partial"
+    }
+    moves_data = node.op in (
+        "broadcast",
+        "transpose",
+        "merge",
+        "split",
+        "slice",
+        "reshape",
+        "concatenate",
+    )
+    if ("max" in partial_ops or "min" in partial_ops) and not moves_data:
+        op = "max" if "max" in partial_ops else "min"
+        axis = partial_ops[op]
+        return (
+            f"{node.op} uses a partial {op} over {axis} (each device holds only its own "
+            f"{op}) as if it were complete: a {op} all-reduce over {axis} is missing "
+            "before this op",
+            True,
+        )
     if node.op in ("add", "sub"):
         kinds = [bool(_partial_axes(lays)) for lays in operand_layouts]
         if any(kinds) and not all(kinds):
@@ -131,6 +152,25 @@ def _explain(node: Node, dist: Graph, proven: Proven, mesh: Mesh) -> tuple[str, 
                 "missing before this op)",
                 True,
             )
+    if node.op in (
+        "div",
+        "mul",
+        "max",
+        "min",
+        "exp",
+        "log",
+        "rsqrt",
+        "sqrt",
+        "tanh",
+        "pow",
+    ) and partial_ops.get("sum"):
+        axis = partial_ops["sum"]
+        return (
+            f"{node.op} of a partial sum over {axis}: it is not linear, so each device's "
+            f"part gives a wrong result; an all-reduce over {axis} is missing before "
+            "this op",
+            True,
+        )
     shards = [p for lays in operand_layouts[:1] for lay in lays for p in lay if p.kind == "shard"]
     if node.op == "split" and any(p.dim == node.attrs["dim"] for p in shards):
         return (

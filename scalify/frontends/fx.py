@@ -7,8 +7,10 @@ vocabulary of `scalify.ir` the way XLA would lower them, so a PyTorch pair is ch
 same rules as an HLO pair:
 
 - matmul family (`mm`, `bmm`, `matmul`, `addmm`, `linear`) -> `dot` with explicit
-  contracting/batch dims (`linear` is `dot(x, W)` contracting x's last dim with W's dim 1,
-  so no transpose node), plus a broadcast `add` for a bias;
+  contracting/batch dims, plus a broadcast `add` for a bias. `linear` is `dot(x, W)`
+  contracting x's last dim with W's dim 1; a `transpose` feeding a dot is folded into its
+  dims when that keeps the free-dim order (as XLA's simplifier does), so `x @ w.t()`,
+  `addmm(b, x, w.t())` and `linear(x, w, b)` all give the same dot;
 - composite activations and normalisers (`gelu`, `silu`, `relu`, `softmax`, `mean`) ->
   the elementwise/reduce nodes HLO would hold (`gelu` tanh form: mul, add, tanh, constants);
 - implicit broadcasting and Python scalars -> explicit `broadcast` nodes (a scalar is a
@@ -130,10 +132,25 @@ _RESHAPES = frozenset(
         "expand_dims",
     }
 )
+_MULTI_OUTPUT = frozenset({"split", "split_with_sizes", "chunk", "unbind"})
 _CONVERTS = frozenset({"_to_copy", "to", "type_as", "_to_dtype", "to_dtype"})
 _COLLECTIVE_NAMESPACES = frozenset(
     {"_c10d_functional", "c10d_functional", "_c10d_functional_autograd"}
 )
+# Where each functional collective takes its process-group name.
+_GROUP_ARG = {
+    "all_reduce": 2,
+    "all_gather_into_tensor": 2,
+    "reduce_scatter_tensor": 3,
+    "all_to_all_single": 3,
+    "broadcast": 2,
+}
+_COLLECTIVE_KINDS = {
+    "all_reduce": "all_reduce",
+    "all_gather_into_tensor": "all_gather",
+    "reduce_scatter_tensor": "reduce_scatter",
+    "all_to_all_single": "all_to_all",
+}
 _REDUCE_OPS = {"sum": "sum", "max": "max", "min": "min", "product": "prod", "prod": "prod"}
 # Lifted tensor constants up to this many elements become `constant` nodes (with their
 # literal); larger ones become parameters.
@@ -332,7 +349,14 @@ class _Lowering:
             s not in (1, t) for s, t in zip(reversed(src), reversed(shape), strict=False)
         ):
             raise _Unsupported(f"cannot broadcast {list(src)} to {list(shape)}")
-        dims = tuple(range(len(shape) - len(src), len(shape)))
+        offset = len(shape) - len(src)
+        # As XLA lowers it: size-1 dims that grow are reshaped away first, so the broadcast
+        # only adds dims (a broadcast never stretches a size-1 operand dim here).
+        grown = {i for i, s in enumerate(src) if s == 1 and shape[offset + i] != 1}
+        if grown:
+            kept = tuple(s for i, s in enumerate(src) if i not in grown)
+            value = self.new("reshape", (value,), kept, self.dtype(value))
+        dims = tuple(offset + i for i in range(len(src)) if i not in grown)
         return self.new("broadcast", (value,), shape, self.dtype(value), {"dims": dims})
 
     def operand(self, arg: Any, dtype: str, shape: tuple[int, ...]) -> int:
@@ -402,7 +426,6 @@ class _Lowering:
 
     def run(self) -> Graph:
         graph = self.gm.graph
-        index = 0
         outputs: list[int] = []
         for fx_node in graph.nodes:
             self.current = fx_node
@@ -410,12 +433,10 @@ class _Lowering:
             self.parts = 0
             if fx_node.op == "placeholder":
                 self.fop = "placeholder"
-                self.env[fx_node] = self.placeholder(fx_node, index)
-                index += 1
+                self.env[fx_node] = self.placeholder(fx_node)
             elif fx_node.op == "get_attr":
                 self.fop = "get_attr"
-                self.env[fx_node] = self.get_attr(fx_node, index)
-                index += 1
+                self.env[fx_node] = self.get_attr(fx_node)
             elif fx_node.op == "call_function":
                 namespace, name, overload = _op_name(fx_node.target)
                 self.fop = str(fx_node.target)
@@ -444,7 +465,7 @@ class _Lowering:
             return self.env.get(arg)
         return None
 
-    def placeholder(self, fx_node: Any, index: int) -> Any:
+    def placeholder(self, fx_node: Any) -> Any:
         name = fx_node.name
         kind = self.input_kinds.get(name)
         if name in self.constants:
@@ -459,18 +480,16 @@ class _Lowering:
             prefix = name[:2]  # a graph module without its signature: the export prefixes
         if prefix and name.startswith(prefix) and len(name) > len(prefix):
             name = name[len(prefix) :]
-        node = self.new(
-            "parameter",
-            (),
-            self.shape_of(meta),
-            _dtype_of(meta.dtype),
-            {"name": name, "index": index},
-            final=True,
-        )
+        return self.parameter(name, self.shape_of(meta), _dtype_of(meta.dtype))
+
+    def parameter(self, name: str, shape: tuple[int, ...], dtype: str) -> int:
+        """An input; `index` is its position among the inputs."""
+        index = len(self.params)
+        node = self.new("parameter", (), shape, dtype, {"name": name, "index": index}, True)
         self.params.append((index, node))
         return node
 
-    def get_attr(self, fx_node: Any, index: int) -> Any:
+    def get_attr(self, fx_node: Any) -> Any:
         """A tensor held by the graph module: a literal when small and not a parameter,
         else a parameter named by its attribute path."""
         import torch
@@ -485,16 +504,7 @@ class _Lowering:
             if literal is not None:
                 return literal
         name = str(fx_node.target).replace(".", "_")
-        node = self.new(
-            "parameter",
-            (),
-            tuple(int(d) for d in obj.shape),
-            _dtype_of(obj.dtype),
-            {"name": name, "index": index},
-            final=True,
-        )
-        self.params.append((index, node))
-        return node
+        return self.parameter(name, tuple(int(d) for d in obj.shape), _dtype_of(obj.dtype))
 
     def literal(self, tensor: Any) -> int | None:
         import torch
@@ -568,6 +578,10 @@ class _Lowering:
             if train:
                 raise _Unsupported("dropout in training mode")
             return self.tensor(args[0])
+        if name in ("max", "min") and overload == "other":
+            name = "maximum" if name == "max" else "minimum"
+        if name in _MULTI_OUTPUT:
+            return getattr(self, f"op_{name}")(fx_node, None, None)
         shape, dtype = self.out_type(fx_node)
         if name in _RESHAPES:
             return self.new("reshape", (self.tensor(args[0]),), shape, dtype, final=True)
@@ -744,18 +758,21 @@ class _Lowering:
 
     def op_cat(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
         args = fx_node.args
-        dim = args[1] if len(args) > 1 else fx_node.kwargs.get("dim", 0)
+        dim = int(args[1] if len(args) > 1 else fx_node.kwargs.get("dim", 0)) % len(shape)
         parts = [self.convert(self.tensor(t), dtype) for t in args[0]]
+        # torch.cat skips 1-D empty tensors whatever the other operands' rank
         parts = [p for p in parts if self.shape(p) != (0,) or len(shape) == 1]
-        rank = len(shape)
-        dim = int(dim) % rank
+        return self.concatenate(parts, dim, shape, dtype)
+
+    def concatenate(self, parts: list[int], dim: int, shape: tuple[int, ...], dtype: str) -> int:
+        """Concatenates of up to 3 operands; longer lists nest (the e-graph's widest term has
+        3 operands)."""
         if len(parts) == 1:
             return parts[0]
-        # Concatenates of up to 3 operands; longer lists nest (the e-graph's widest term is 3).
         acc, rest = parts[:3], parts[3:]
         while True:
-            sizes = [self.shape(p)[dim] for p in acc]
-            part_shape = shape[:dim] + (sum(sizes),) + shape[dim + 1 :]
+            size = sum(self.shape(p)[dim] for p in acc)
+            part_shape = shape[:dim] + (size,) + shape[dim + 1 :]
             last = not rest
             value = self.new("concatenate", tuple(acc), part_shape, dtype, {"dim": dim}, last)
             if last:
@@ -764,6 +781,62 @@ class _Lowering:
 
     op_concat = op_cat
     op_concatenate = op_cat
+
+    def op_stack(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
+        """stack = a unit dim inserted at `dim` in each operand, then concatenate."""
+        args = fx_node.args
+        dim = int(args[1] if len(args) > 1 else fx_node.kwargs.get("dim", 0)) % len(shape)
+        parts = []
+        for t in args[0]:
+            x = self.convert(self.tensor(t), dtype)
+            src = self.shape(x)
+            parts.append(self.new("reshape", (x,), src[:dim] + (1,) + src[dim:], dtype))
+        return self.concatenate(parts, dim, shape, dtype)
+
+    # creation
+
+    def op_full(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
+        value = fx_node.args[1] if len(fx_node.args) > 1 else fx_node.kwargs["fill_value"]
+        return self.named_fill(fx_node, value, shape, dtype)
+
+    def op_full_like(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
+        value = fx_node.args[1] if len(fx_node.args) > 1 else fx_node.kwargs["fill_value"]
+        return self.named_fill(fx_node, value, shape, dtype)
+
+    def op_zeros(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
+        return self.named_fill(fx_node, 0, shape, dtype)
+
+    def op_ones(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
+        return self.named_fill(fx_node, 1, shape, dtype)
+
+    op_zeros_like = op_new_zeros = op_zeros
+    op_ones_like = op_new_ones = op_ones
+
+    def op_scalar_tensor(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
+        return self.named_fill(fx_node, fx_node.args[0], shape, dtype)
+
+    def named_fill(self, fx_node: Any, value: Any, shape: tuple[int, ...], dtype: str) -> int:
+        if not isinstance(value, (bool, int, float)):
+            raise _Unsupported("fill with a non-literal value")
+        out = self.fill(value, shape, dtype)
+        self.nodes[out].name = fx_node.name
+        return out
+
+    def op_arange(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
+        """arange(start, end, step) = iota * step + start."""
+        args = list(fx_node.args)
+        if not all(isinstance(a, (int, float)) for a in args):
+            raise _Unsupported("arange with tensor bounds")
+        start, step = (0, 1) if len(args) < 2 else (args[0], args[2] if len(args) > 2 else 1)
+        start = fx_node.kwargs.get("start", start)
+        step = fx_node.kwargs.get("step", step)
+        value = self.new("iota", (), shape, dtype, {"dim": 0}, final=(start, step) == (0, 1))
+        if step != 1:
+            value = self.new("mul", (value, self.fill(step, shape, dtype)), shape, dtype)
+        if start != 0:
+            value = self.new("add", (value, self.fill(start, shape, dtype)), shape, dtype)
+        self.nodes[value].name = fx_node.name
+        return value
 
     def slice_node(
         self, x: int, dim: int, start: int, stop: int, step: int, final: bool
@@ -1031,19 +1104,24 @@ class _Lowering:
             return args[i] if len(args) > i else kwargs.get(key)
 
         if name == "all_reduce":
-            reduce_op, size = str(arg(1, "reduceOp")).lower(), self.group_size(arg(2, "group_name"))
+            reduce_op = str(arg(1, "reduceOp")).lower()
+            size = self.group_size(arg(2, "group_name"))
         elif name == "all_gather_into_tensor":
             reduce_op, size = "", int(arg(1, "group_size"))
         elif name == "reduce_scatter_tensor":
             reduce_op, size = str(arg(1, "reduceOp")).lower(), int(arg(2, "group_size"))
         elif name == "all_to_all_single":
-            if arg(1, "output_split_sizes") is not None or arg(2, "input_split_sizes") is not None:
-                raise _Unsupported("all_to_all_single with explicit split sizes")
             reduce_op, size = "", self.group_size(arg(3, "group_name"))
+            splits = [arg(1, "output_split_sizes"), arg(2, "input_split_sizes")]
+            given = [list(s) for s in splits if s is not None]
+            for sizes in given:  # even splits (what funcol passes) are the plain all-to-all
+                if len(set(sizes)) != 1 or (size is not None and len(sizes) != size):
+                    raise _Unsupported("all_to_all_single with uneven splits")
+                size = len(sizes)
         else:
             raise _Unsupported(name)
         if size is None:
-            group = arg(3 if name == "all_to_all_single" else 2, "group_name")
+            group = arg(_GROUP_ARG[name], "group_name")
             return self.opaque(fx_node, op_name, {"unresolved_group": str(group)})
         if reduce_op and reduce_op not in _REDUCE_OPS and reduce_op != "avg":
             raise _Unsupported(f"reduce op {reduce_op}")
@@ -1051,12 +1129,7 @@ class _Lowering:
         attrs: dict[str, Any] = {"groups": (tuple(range(size)),)}
         if reduce_op:
             attrs["op"] = "sum" if reduce_op == "avg" else _REDUCE_OPS[reduce_op]
-        kind = {
-            "all_reduce": "all_reduce",
-            "all_gather_into_tensor": "all_gather",
-            "reduce_scatter_tensor": "reduce_scatter",
-            "all_to_all_single": "all_to_all",
-        }[name]
+        kind = _COLLECTIVE_KINDS[name]
         if kind != "all_reduce":
             attrs["dim"] = 0
         if kind == "all_to_all":
@@ -1226,23 +1299,29 @@ def save_exported(ep: Any, path: str | Path) -> None:
 
     sizes: dict[str, int] = {}
     lowering = _Lowering(ep.graph_module, str(path), {}, {}, None, {})
+    collectives = False
     for node in ep.graph.nodes:
         if node.op != "call_function":
             continue
-        namespace, _, _ = _op_name(node.target)
-        if namespace not in _COLLECTIVE_NAMESPACES:
+        namespace, name, _ = _op_name(node.target)
+        if namespace not in _COLLECTIVE_NAMESPACES or name == "wait_tensor":
             continue
-        for value in list(node.args) + list(node.kwargs.values()):
-            if isinstance(value, str) and value not in sizes:
-                size = lowering.group_size(value)
-                if size is not None:
-                    sizes[value] = size
+        collectives = True
+        position = _GROUP_ARG.get(name)
+        group = node.kwargs.get("group_name")
+        if group is None and position is not None and len(node.args) > position:
+            group = node.args[position]
+        if isinstance(group, str) and group not in sizes:
+            size = lowering.group_size(group)
+            if size is not None:
+                sizes[group] = size
     record: dict[str, Any] = {"groups": sizes}
-    try:
-        import torch.distributed as dist
+    if collectives:
+        try:
+            import torch.distributed as dist
 
-        if dist.is_available() and dist.is_initialized():
-            record["world_size"] = dist.get_world_size()
-    except Exception:  # noqa: BLE001 - no default group: nothing to record
-        pass
+            if dist.is_available() and dist.is_initialized():
+                record["world_size"] = dist.get_world_size()
+        except Exception:  # noqa: BLE001 - no default group: nothing to record
+            pass
     torch.export.save(ep, str(path), extra_files={GROUPS_FILE: json.dumps(record)})

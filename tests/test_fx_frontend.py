@@ -1,0 +1,280 @@
+"""The PyTorch FX frontend: ATen ops map to the canonical IR (checked numerically against
+eager PyTorch), source lines come from stack traces, and the torch MLP example verifies end
+to end from `.pt2` files, its bugs caught at their lines."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+
+import numpy as np
+import pytest
+from conftest import REPO
+
+torch = pytest.importorskip("torch")
+
+import torch.distributed as dist  # noqa: E402
+import torch.distributed._functional_collectives as funcol  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch import nn  # noqa: E402
+
+from scalify.canonicalize import canonicalize  # noqa: E402
+from scalify.frontends import load_graph  # noqa: E402
+from scalify.frontends.fx import graph_from_fx  # noqa: E402
+from scalify.simulate.spmd import run_baseline  # noqa: E402
+
+EXAMPLE = REPO / "examples" / "torch_mlp"
+MODEL = "examples/torch_mlp/model.py"
+HERE = "tests/test_fx_frontend.py"
+
+
+def model_line(pattern: str) -> int:
+    for number, line in enumerate((EXAMPLE / "model.py").read_text().splitlines(), 1):
+        if re.search(pattern, line):
+            return number
+    raise AssertionError(pattern)
+
+
+def this_line(pattern: str) -> int:
+    for number, line in enumerate((REPO / HERE).read_text().splitlines(), 1):
+        if pattern in line and "this_line(" not in line:
+            return number
+    raise AssertionError(pattern)
+
+
+class Collectives(nn.Module):
+    def forward(self, x):
+        a = funcol.all_gather_tensor(x, 0, dist.group.WORLD)
+        b = funcol.reduce_scatter_tensor(a, "sum", 0, dist.group.WORLD)
+        return funcol.all_reduce(b, "avg", dist.group.WORLD)
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """The example exported once (fake 4-rank process group), plus a program of collectives
+    traced on the same group; the group is gone before any test reads a file, so the files
+    must carry their group sizes themselves."""
+    spec = importlib.util.spec_from_file_location("torch_mlp_export", EXAMPLE / "export.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out = tmp_path_factory.mktemp("torch_mlp")
+    try:
+        files = module.export_all(out, tp=4)
+        collectives = torch.export.export(Collectives(), (torch.randn(8, 4),))
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    return {"files": {k: str(v) for k, v in files.items()}, "collectives": collectives}
+
+
+def lower(module: nn.Module, *args):
+    return canonicalize(graph_from_fx(torch.export.export(module, args), "<memory>"))
+
+
+def ops(graph, op):
+    return [n for n in graph.nodes.values() if n.op == op]
+
+
+# ---- op mapping
+
+
+def test_linear_is_one_dot_contracting_the_feature_dims(exported):
+    graph = load_graph(exported["files"]["baseline"])
+    assert sorted(graph.input_name(i) for i in graph.inputs) == [
+        "bias",
+        "fc1_bias",
+        "fc1_weight",
+        "fc2_weight",
+        "x",
+    ]
+    dots = ops(graph, "dot")
+    assert [(d.attrs["lhs_contracting"], d.attrs["rhs_contracting"]) for d in dots] == [
+        ((1,), (1,)),
+        ((1,), (1,)),
+    ]
+    assert all(d.attrs["lhs_batch"] == d.attrs["rhs_batch"] == () for d in dots)
+    assert graph.input_name(dots[0].operands[1]) == "fc1_weight"
+    assert not graph.opaque_nodes()
+
+
+def test_collectives_map_with_the_group_size_recorded_in_the_file(exported):
+    graph = load_graph(exported["files"]["tp"])
+    (reduce,) = ops(graph, "all_reduce")
+    assert reduce.attrs == {"groups": ((0, 1, 2, 3),), "op": "sum"}
+    assert graph.num_partitions == 4
+
+
+def test_gather_and_scatter_map_to_dim_0_and_unknown_groups_stay_opaque(exported):
+    program = exported["collectives"]
+    graph = canonicalize(graph_from_fx(program, "<memory>", group_sizes={"0": 4}))
+    (gather,) = ops(graph, "all_gather")
+    (scatter,) = ops(graph, "reduce_scatter")
+    assert gather.attrs == {"groups": ((0, 1, 2, 3),), "dim": 0} and gather.shape == (32, 4)
+    assert scatter.attrs == {"groups": ((0, 1, 2, 3),), "op": "sum", "dim": 0}
+    (reduce,) = ops(graph, "all_reduce")
+    (mean,) = [n for n in graph.nodes.values() if n.op == "div" and n.operands[0] == reduce.id]
+    assert graph.outputs == [mean.id]  # avg = sum over the group, then / group size
+    # all_reduce names its group only by a string: no recorded size and no live group of
+    # that name means nothing is assumed.
+    unknown = canonicalize(graph_from_fx(program, "<memory>"))
+    (opaque,) = unknown.opaque_nodes()
+    assert opaque.attrs["hlo_op"] == "_c10d_functional.all_reduce"
+    assert ops(unknown, "all_gather") and not ops(unknown, "all_reduce")
+
+
+class Reductions(nn.Module):
+    def forward(self, x):
+        a = x.sum(dim=1)
+        b = x.amax(dim=-1, keepdim=True)
+        c = x.mean(dim=0)
+        d = torch.softmax(x, dim=1)
+        return a, b, c, d, x * 2.0
+
+
+def test_reduce_dims_and_scalar_operands():
+    graph = lower(Reductions(), torch.randn(4, 6))
+    reduces = [(n.attrs["op"], n.attrs["dims"], n.shape) for n in ops(graph, "reduce")]
+    assert reduces == [
+        ("sum", (1,), (4,)),
+        ("max", (1,), (4,)),
+        ("sum", (0,), (6,)),
+        ("max", (1,), (4,)),  # softmax: max-reduce, broadcast, sub, exp, sum-reduce, div
+        ("sum", (1,), (4,)),
+    ]
+    mean = graph.node(graph.outputs[2])
+    assert mean.op == "div"
+    count = graph.node(graph.node(mean.operands[1]).operands[0])
+    assert (count.op, count.shape, count.attrs["value"]) == ("constant", (), "4")
+    scaled = graph.node(graph.outputs[4])
+    fill = graph.node(scaled.operands[1])
+    assert (fill.op, fill.attrs["dims"]) == ("broadcast", ())
+    assert graph.node(fill.operands[0]).attrs["value"] == "2"
+
+
+class Everything(nn.Module):
+    """Many ATen ops in one program; the IR must compute what eager PyTorch computes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(6, 5))
+
+    def forward(self, x, y, z):
+        a = torch.matmul(x, self.w.t())
+        b = torch.bmm(a, a.transpose(1, 2))
+        c = F.gelu(b) + F.gelu(b, approximate="tanh") * 2.0 - F.silu(b) / 3
+        d = torch.softmax(c, dim=-1) + F.relu(c).mean(dim=1, keepdim=True)
+        e = torch.cat([d, d * 2, d.exp(), -d], dim=2)
+        f = e[:, 1:, ::2].sum(dim=(0,)) + e.select(1, 0).amax(dim=0)[None, :6]
+        g = torch.where(f > 0, f, f.tanh()).reshape(12).unsqueeze(0).expand(3, 12)
+        h = g.permute(1, 0).contiguous().view(4, 9) + torch.log_softmax(y, dim=0).sum()
+        i = torch.narrow(h, 1, 2, 5).to(torch.float64).abs().rsqrt().sqrt().to(torch.float32)
+        j = 1.0 - i + torch.clamp(i, min=0.1, max=0.9) + (y @ y.t()).sum(1, keepdim=True)
+        k = F.linear(z, self.w) + torch.addmm(torch.ones(6), z, self.w.t())
+        parts = torch.split(k, [2, 4], dim=1)
+        return j * (k.sum() + k.mean() + k.max()), parts[1], torch.stack([z, z, z, z]).sum(0)
+
+
+def test_ops_compute_what_torch_computes():
+    torch.manual_seed(0)
+    module = Everything().eval()
+    args = (torch.randn(2, 3, 5), torch.randn(4, 4), torch.randn(4, 5))
+    graph = lower(module, *args)
+    assert not graph.opaque_nodes()
+    named = {"x": args[0], "y": args[1], "z": args[2], "w": module.w.detach()}
+    inputs = {i: named[graph.input_name(i)].double().numpy() for i in graph.inputs}
+    values = run_baseline(graph, inputs)
+    with torch.no_grad():
+        expected = module(*args)
+    for output, want in zip(graph.outputs, expected, strict=True):
+        np.testing.assert_allclose(values[output], want.double().numpy(), rtol=1e-5, atol=1e-5)
+
+
+class WithEmbedding(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(10, 4)
+
+    def forward(self, ids):
+        return self.emb(ids) * 2  # the line the source test looks for
+
+
+def test_unmapped_ops_are_opaque_and_lines_come_from_the_stack_trace():
+    graph = lower(WithEmbedding(), torch.tensor([1, 2, 3]))
+    (opaque,) = graph.opaque_nodes()
+    assert opaque.attrs["hlo_op"] == "aten.embedding"
+    assert opaque.dtype == "f32" and opaque.shape == (3, 4)
+    assert graph.input_name(graph.inputs[1]) == "ids"
+    assert {graph.node(i).dtype for i in graph.inputs} == {"f32", "s64"}
+    loc = graph.node(graph.outputs[0]).loc
+    assert (loc.file, loc.line, loc.function) == (
+        HERE,
+        this_line("return self.emb(ids) * 2"),
+        "forward",
+    )
+
+
+def test_source_line_of_a_model_op(exported):
+    graph = load_graph(exported["files"]["baseline"])
+    first_dot = ops(graph, "dot")[0]
+    assert (first_dot.loc.file, first_dot.loc.line, first_dot.loc.function) == (
+        MODEL,
+        model_line(r"h = gelu\(self\.fc1\(x\)\)"),
+        "forward",
+    )
+
+
+# ---- end to end
+
+
+def test_tp_mlp_is_equivalent(exported, cli):
+    files = exported["files"]
+    result = cli("verify", files["baseline"], files["tp"], "--mesh", "tp=4")
+    assert result.code == 0, result.out + result.err
+    assert "verdict: equivalent" in result.out
+    assert "fc1_weight: shard(0, tp)" in result.out
+    assert "fc2_weight: shard(1, tp)" in result.out
+
+
+def test_dtensor_mlp_is_equivalent(exported, cli):
+    files = exported["files"]
+    result = cli("verify", files["baseline"], files["dtensor"], "--mesh", "tp=4", "-q")
+    assert result.code == 0, result.out + result.err
+    assert result.out == "verdict: equivalent\n"
+
+
+EXPECTED = {
+    "bias_before_allreduce": ("add", r"# BUG: bias_before_allreduce"),
+    # No op is computed on the BUG line itself: the partial sum is first misused where the
+    # bias is added, so that is the line to report.
+    "missing_allreduce": ("add", r"return y \+ bias"),
+    "double_allreduce": ("all_reduce", r"# BUG: double_allreduce"),
+}
+
+
+@pytest.mark.parametrize("bug", sorted(EXPECTED))
+def test_broken_variant_is_caught_at_its_line(exported, cli, bug):
+    op, pattern = EXPECTED[bug]
+    files = exported["files"]
+    result = cli(
+        "verify", files["baseline"], files[f"tp_{bug}"], "--mesh", "tp=4", "--format", "json"
+    )
+    assert result.code == 1, result.out + result.err
+    report = json.loads(result.out)
+    assert report["verdict"] == "not_equivalent"
+    first = report["suspects"][0]
+    assert (first["op"], first["file"], first["line"], first["function"]) == (
+        op,
+        MODEL,
+        model_line(pattern),
+        "forward",
+    )
+
+
+def test_a_bad_pt2_file_is_a_clean_error(cli, tmp_path):
+    bad = tmp_path / "broken.pt2"
+    bad.write_text("not a zip")
+    result = cli("verify", str(bad), str(bad))
+    assert result.code == 2
+    assert result.err.startswith(f"{bad}: error: not a PyTorch export file")
+    assert "Traceback" not in result.err
