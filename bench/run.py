@@ -14,6 +14,7 @@ import argparse
 import json
 import multiprocessing
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -156,6 +157,7 @@ def main() -> int:
     ratios["total_over_parse"] = round(biggest["seconds"] / max(biggest["load_seconds"], 1e-6), 2)
     print(f"{'total_over_parse':20s} {ratios['total_over_parse']:6.2f}  ({biggest['name']})")
     args.out.write_text(json.dumps({"models": models, "ratios": ratios}, indent=2) + "\n")
+    shutil.rmtree(tmp, ignore_errors=True)
     print(f"wrote {args.out}")
     return 0
 

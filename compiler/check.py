@@ -206,7 +206,7 @@ class RuleChecker:
             if binding:
                 self._bind(axis, AXIS, info)
             else:
-                self._require_bound(axis, info)
+                self._require_bound(axis, info, AXIS)
 
     def _dim_arg(self, value: Value, info: RuleInfo, binding: bool) -> None:
         if binding and isinstance(value, Var):
@@ -219,13 +219,13 @@ class RuleChecker:
             if binding:
                 self._bind(value, STR, info)
             else:
-                self._require_bound(value, info)
+                self._require_bound(value, info, STR)
 
     def _check_dim_expr(self, value: Value, info: RuleInfo) -> None:
         if isinstance(value, IntLit | StrLit):
             return
         if isinstance(value, Var):
-            self._require_bound(value, info)
+            self._require_bound(value, info, DIM)
             return
         if isinstance(value, App) and value.name in DIM_FUNCTIONS:
             args = value.args
@@ -249,16 +249,20 @@ class RuleChecker:
             "expected a dim expression: an integer, a bound variable or outdim(operand, dim)",
         )
 
-    def _require_bound(self, value: Value, info: RuleInfo) -> None:
-        if (
-            isinstance(value, Var)
-            and value.name not in info.roles
-            and value.name not in CONSTANT_NAMES
-        ):
+    def _require_bound(self, value: Value, info: RuleInfo, role: str | None = None) -> None:
+        if not isinstance(value, Var) or value.name in CONSTANT_NAMES:
+            return
+        if value.name not in info.roles:
             raise self.fail(
                 value.span,
                 f"unbound variable `{value.name}`",
                 "bind it in `match` or in a `where` layout clause",
+            )
+        if role is not None and info.roles[value.name] != role:
+            raise self.fail(
+                value.span,
+                f"`{value.name}` is {_article(info.roles[value.name])} here, where "
+                f"{_article(role)} is expected",
             )
 
     def _check_rewrite(self, rule: Rule, info: RuleInfo) -> None:

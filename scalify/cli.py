@@ -33,8 +33,10 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     verify = commands.add_parser("verify", help="prove a distributed graph equals its baseline")
-    verify.add_argument("baseline", help="baseline graph file (HLO text)")
-    verify.add_argument("distributed", help="distributed graph file (HLO text)")
+    verify.add_argument("baseline", help="baseline graph file (HLO text, or a torch.export .pt2)")
+    verify.add_argument(
+        "distributed", help="distributed graph file (HLO text, or a torch.export .pt2)"
+    )
     verify.add_argument(
         "--rules",
         type=Path,

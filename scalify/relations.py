@@ -24,7 +24,8 @@ class Relation:
     base_id: int
     name: str
     layout: Layout
-    source: str  # "relations file" | "annotation" | "inferred from shapes"
+    source: str  # relations file, annotation, baseline annotation, inferred from shapes,
+    # default, or proven at the cut
 
     def describe(self) -> str:
         return f"{self.name}: {layout_str(self.layout)} ({self.source})"
@@ -82,6 +83,8 @@ def _axis_following_tiles(tiles: TileSharding, dim: int, mesh: Mesh, where: str)
     grid, devices = tiles.device_grid, tiles.devices
     if grid is None or devices is None or len(devices) != mesh.size:
         return None
+    if not any(size == grid[dim] for _, size in mesh.axes):
+        return None  # no axis of that size: the caller's message says so
     positions = list(itertools.product(*(range(n) for n in grid)))
     for axis, size in mesh.axes:
         if size == grid[dim] and all(

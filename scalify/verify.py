@@ -98,6 +98,12 @@ def verify_graphs(
 
     start = time.perf_counter()
     results, suspects, definite = _decide(base, dist, mesh, outputs, proof)
+    if proof.failed is not None and not suspects:
+        # The segment that broke holds no suspect on its own (its cut relation was already
+        # wrong): prove the whole graph so the report can point somewhere.
+        proof = prove(base, dist, rules.program(), mesh, inputs, limits)
+        stats = proof.stats
+        results, suspects, definite = _decide(base, dist, mesh, outputs, proof)
     timings["localise"] = time.perf_counter() - start
 
     notes = []
@@ -234,7 +240,7 @@ def prove_partitioned(
     ):
         return None
     base_segs, dist_segs = segments(base, base_cuts), segments(dist, dist_cuts)
-    total = Proof({}, set(), RunStats(saturated=True))
+    total = Proof({}, set(), RunStats(saturated=True), partitions=0)
     memo: dict[str, list] = {}
     entry: list = []
     i = j = 0

@@ -143,3 +143,19 @@ def test_spread_is_refused_in_a_rewrite():
     )
     error = compile_error(text)
     assert "`spread` only constrains operands in `where`" in error.message
+
+
+def test_variable_roles_are_checked_in_the_rewrite():
+    text = GOOD.replace(
+        "rewrite f(X, Y) ~ f(x, y) @ shard(d, a)", "rewrite f(X, Y) ~ f(x, y) @ shard(a, d)"
+    )
+    error = compile_error(text)
+    assert error.message == "`a` is an axis here, where a dim is expected"
+
+
+def test_a_where_equation_between_terms_is_refused():
+    text = GOOD.replace(
+        "          Y ~ y @ shard(d, a)\n", "          Y ~ y @ shard(d, a)\n          X == X\n"
+    )
+    error = compile_error(text)
+    assert "where a dim is expected" in error.message

@@ -135,11 +135,15 @@ def _explain(node: Node, dist: Graph, proven: Proven, mesh: Mesh) -> tuple[str, 
     if ("max" in partial_ops or "min" in partial_ops) and not moves_data:
         op = "max" if "max" in partial_ops else "min"
         axis = partial_ops[op]
+        # Combining partial maxima with max is fine (a rule may be missing); arithmetic with
+        # one partial max and a complete value is the classic missing-reduction bug.
+        complete = [lays for lays in operand_layouts if lays and not _partial_axes(lays)]
+        definite = node.op in ("add", "sub", "mul", "div") and bool(complete)
         return (
             f"{node.op} uses a partial {op} over {axis} (each device holds only its own "
             f"{op}) as if it were complete: a {op} all-reduce over {axis} is missing "
             "before this op",
-            True,
+            definite,
         )
     if node.op in ("add", "sub"):
         kinds = [bool(_partial_axes(lays)) for lays in operand_layouts]

@@ -177,8 +177,15 @@ class Mismatch:
     expected: float
     found: float
     max_abs_diff: float
+    shapes: tuple | None = None  # (required, found) when the shapes differ
 
     def describe(self) -> str:
+        if self.shapes:
+            want, got = self.shapes
+            return (
+                f"output {self.output} on device {self.device} has shape {list(got)} where "
+                f"the required layout gives {list(want)}"
+            )
         return (
             f"output {self.output} on device {self.device} at {list(self.index)}: "
             f"expected {self.expected:.6g}, found {self.found:.6g} "
@@ -207,7 +214,15 @@ def compare_output(
     wanted = distribute(expected, layout, mesh, rng)
     for device, (want, got) in enumerate(zip(wanted, found, strict=True)):
         if want.shape != got.shape:
-            return Mismatch(index, device, (), float("nan"), float("nan"), float("inf"))
+            return Mismatch(
+                index,
+                device,
+                (),
+                float("nan"),
+                float("nan"),
+                float("inf"),
+                shapes=(want.shape, got.shape),
+            )
         if want.dtype.kind == "f" or got.dtype.kind == "f":
             w, g = want.astype(np.float64), got.astype(np.float64)
             close = np.isclose(
