@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import re
+import subprocess
 import sys
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
@@ -34,12 +35,24 @@ def run_cli(*args: str) -> CliResult:
     return CliResult(code, out.getvalue(), err.getvalue())
 
 
-def bug_line(name: str) -> int:
-    """The line of examples/mlp/model.py tagged `# BUG: name`."""
-    for number, line in enumerate((MLP / "model.py").read_text().splitlines(), 1):
+def bug_line(name: str, model: Path = MLP / "model.py") -> int:
+    """The line of an example's model.py tagged `# BUG: name`."""
+    for number, line in enumerate(model.read_text().splitlines(), 1):
         if re.search(rf"# BUG: {name}\b", line):
             return number
-    raise AssertionError(f"no BUG marker {name}")
+    raise AssertionError(f"no BUG marker {name} in {model}")
+
+
+def export_example(script: Path, out: Path, *args: str) -> Path:
+    """Run an example's export.py (JAX must start with its own device count, so not
+    in-process) and return the folder it wrote."""
+    subprocess.run(
+        [sys.executable, str(script), "--out", str(out), *args],
+        check=True,
+        cwd=REPO,
+        capture_output=True,
+    )
+    return out
 
 
 def line_of(pattern: str) -> int:

@@ -5,12 +5,10 @@ at its line."""
 from __future__ import annotations
 
 import json
-import re
-import subprocess
-import sys
 
 import pytest
-from conftest import REPO
+from conftest import REPO, export_example
+from conftest import bug_line as example_bug_line
 
 pytest.importorskip("jax")
 
@@ -18,21 +16,13 @@ FD = REPO / "examples" / "flash_decoding"
 
 
 def bug_line(name: str) -> int:
-    for number, line in enumerate((FD / "model.py").read_text().splitlines(), 1):
-        if re.search(rf"# BUG: {name}\b", line):
-            return number
-    raise AssertionError(name)
+    return example_bug_line(name, FD / "model.py")
 
 
 @pytest.fixture(scope="module", params=[2, 4], ids=lambda tp: f"tp{tp}")
 def exported(request, tmp_path_factory):
     out = tmp_path_factory.mktemp(f"fd_tp{request.param}")
-    subprocess.run(
-        [sys.executable, str(FD / "export.py"), "--out", str(out), "--tp", str(request.param)],
-        check=True,
-        cwd=REPO,
-        capture_output=True,
-    )
+    export_example(FD / "export.py", out, "--tp", str(request.param))
     return out
 
 

@@ -7,11 +7,9 @@ tp = 2, 4 and 8 and on a 2-D (dp, tp) mesh.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
-from conftest import MLP, REPO, bug_line
+from conftest import MLP, bug_line, export_example
 
 pytest.importorskip("jax")
 
@@ -22,24 +20,8 @@ MESHES = [(1, 2), (1, 4), (1, 8), (2, 4)]
 def exported(request, tmp_path_factory):
     dp, tp = request.param
     out = tmp_path_factory.mktemp(f"mlp_dp{dp}_tp{tp}")
-    subprocess.run(
-        [
-            sys.executable,
-            str(MLP / "export.py"),
-            "--out",
-            str(out),
-            "--dp",
-            str(dp),
-            "--tp",
-            str(tp),
-            "--hidden",
-            "32",
-            "--ffn",
-            "64",
-        ],
-        check=True,
-        cwd=REPO,
-        capture_output=True,
+    export_example(
+        MLP / "export.py", out, "--dp", str(dp), "--tp", str(tp), "--hidden", "32", "--ffn", "64"
     )
     return dp, tp, out
 

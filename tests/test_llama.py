@@ -4,12 +4,10 @@ the run: the correct version verifies at tp = 2 and 4, and every bug is caught a
 from __future__ import annotations
 
 import json
-import re
-import subprocess
-import sys
 
 import pytest
-from conftest import REPO
+from conftest import REPO, export_example
+from conftest import bug_line as example_bug_line
 
 pytest.importorskip("jax")
 
@@ -17,31 +15,21 @@ LLAMA = REPO / "examples" / "llama"
 
 
 def bug_line(name: str) -> int:
-    for number, line in enumerate((LLAMA / "model.py").read_text().splitlines(), 1):
-        if re.search(rf"# BUG: {name}\b", line):
-            return number
-    raise AssertionError(name)
+    return example_bug_line(name, LLAMA / "model.py")
 
 
 @pytest.fixture(scope="module", params=[2, 4, 8], ids=lambda tp: f"tp{tp}")
 def exported(request, tmp_path_factory):
     out = tmp_path_factory.mktemp(f"llama_tp{request.param}")
-    subprocess.run(
-        [
-            sys.executable,
-            str(LLAMA / "export.py"),
-            "--out",
-            str(out),
-            "--config",
-            "tiny",
-            "--tp",
-            str(request.param),
-            "--parts",
-            "layers",
-        ],
-        check=True,
-        cwd=REPO,
-        capture_output=True,
+    export_example(
+        LLAMA / "export.py",
+        out,
+        "--config",
+        "tiny",
+        "--tp",
+        str(request.param),
+        "--parts",
+        "layers",
     )
     return request.param, out
 
@@ -82,28 +70,21 @@ def test_bug_is_caught_at_its_line(cli, exported, bug):
 def test_identical_layers_share_a_proof_and_a_bad_layer_is_found(cli, tmp_path):
     """Four layers: the correct stack proves one layer and reuses it; with the bug in the
     last layer only, the report still names the bug's line."""
-    subprocess.run(
-        [
-            sys.executable,
-            str(LLAMA / "export.py"),
-            "--out",
-            str(tmp_path),
-            "--config",
-            "tiny",
-            "--tp",
-            "2",
-            "--parts",
-            "layers",
-            "--layers",
-            "4",
-            "--bugs",
-            "bias_before_allreduce",
-            "--bug-layer",
-            "3",
-        ],
-        check=True,
-        cwd=REPO,
-        capture_output=True,
+    export_example(
+        LLAMA / "export.py",
+        tmp_path,
+        "--config",
+        "tiny",
+        "--tp",
+        "2",
+        "--parts",
+        "layers",
+        "--layers",
+        "4",
+        "--bugs",
+        "bias_before_allreduce",
+        "--bug-layer",
+        "3",
     )
     code, good = verify(cli, tmp_path, "tp")
     assert good["verdict"] == "equivalent"

@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
-import re
 import sys
 from collections.abc import Callable, Sequence
 from functools import partial
@@ -28,11 +26,12 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-REPO_ROOT = HERE.parents[1]
-if str(HERE) not in sys.path:
-    sys.path.insert(0, str(HERE))
+for folder in (HERE, HERE.parent):
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
 
 from config import CONFIGS, LlamaConfig  # noqa: E402
+from hlo_export import set_device_count, write_hlo  # noqa: E402
 
 
 def check_divisible(cfg: LlamaConfig, tp: int) -> None:
@@ -196,21 +195,7 @@ def export_all(
             tp_args,
         )
 
-    # Strip the repo root from source paths so FileNames reads "examples/llama/model.py"
-    # whatever the cwd; this is JAX's own option, the HLO text is not edited.
-    strip_root = "^" + re.escape(str(REPO_ROOT) + os.sep)
-    old_regex = jax.config.jax_hlo_source_file_canonicalization_regex
-    jax.config.update("jax_hlo_source_file_canonicalization_regex", strip_root)
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        written: dict[str, Path] = {}
-        for name, (fn, args) in variants.items():
-            path = out_dir / f"{name}.hlo"
-            path.write_text(fn.lower(*args).as_text(dialect="hlo", debug_info=True))
-            written[name] = path
-    finally:
-        jax.config.update("jax_hlo_source_file_canonicalization_regex", old_regex)
-    return written
+    return write_hlo(out_dir, variants)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -230,12 +215,7 @@ def main(argv: list[str] | None = None) -> None:
     if a.layers is not None:
         cfg = dataclasses.replace(cfg, layers=a.layers)
     bugs = {"all": None, "none": ()}.get(a.bugs, [b for b in a.bugs.split(",") if b])
-    if "jax" in sys.modules:
-        raise RuntimeError("jax was imported before XLA_FLAGS could be set")
-    os.environ["XLA_FLAGS"] = (
-        os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={a.tp}"
-    ).strip()
-    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    set_device_count(a.tp)
     for path in export_all(a.out, cfg, a.tp, a.seq, a.batch, bugs, a.parts, a.bug_layer).values():
         print(path)
 

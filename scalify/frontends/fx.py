@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from scalify.errors import ScalifyError
+from scalify.frontends.common import prune_and_renumber
 from scalify.ir import Graph, Node, SourceLoc
 
 __all__ = ["GROUPS_FILE", "graph_from_fx", "load_fx", "save_exported"]
@@ -1143,25 +1144,8 @@ class _Lowering:
 
     def finish(self, outputs: list[int]) -> Graph:
         """Prune what the outputs do not reach and renumber ids densely, keeping order."""
-        live = bytearray(len(self.nodes))
-        stack = list(outputs)
-        while stack:
-            n = stack.pop()
-            if live[n]:
-                continue
-            live[n] = 1
-            stack.extend(self.nodes[n].operands)
-        remap: dict[int, int] = {}
-        nodes: dict[int, Node] = {}
-        for node in self.nodes:
-            if not live[node.id]:
-                continue
-            new_id = len(remap)
-            remap[node.id] = new_id
-            node.id = new_id
-            node.operands = tuple(remap[o] for o in node.operands)
-            nodes[new_id] = node
-        inputs = [remap[n] for _, n in sorted(self.params) if live[n]]
+        nodes, remap = prune_and_renumber(self.nodes, outputs)
+        inputs = [remap[n] for _, n in sorted(self.params) if n in remap]
         return Graph(
             path=self.path,
             nodes=nodes,

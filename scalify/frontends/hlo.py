@@ -22,6 +22,7 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
 from lark.lexer import PatternStr
 
 from scalify.errors import ScalifyError, line_of
+from scalify.frontends.common import prune_and_renumber
 from scalify.grammar import grammar_path
 from scalify.ir import Graph, Node, SourceLoc, TileSharding
 
@@ -1378,33 +1379,16 @@ class _Lowering:
 
     def _finish(self, outputs: list[int], output_shardings: dict[int, TileSharding]) -> Graph:
         """Prune what the outputs do not reach and renumber ids densely, keeping order."""
-        live = bytearray(len(self.nodes))
-        stack = list(outputs)
-        while stack:
-            n = stack.pop()
-            if live[n]:
-                continue
-            live[n] = 1
-            stack.extend(self.nodes[n].operands)
-        remap: dict[int, int] = {}
-        nodes: dict[int, Node] = {}
-        for node in self.nodes:
-            if not live[node.id]:
-                continue
-            new_id = len(remap)
-            remap[node.id] = new_id
-            node.id = new_id
-            node.operands = tuple(remap[o] for o in node.operands)
-            nodes[new_id] = node
+        nodes, remap = prune_and_renumber(self.nodes, outputs)
         params = sorted(
-            (self.entry_params[old], remap[old]) for old in self.entry_params if live[old]
+            (self.entry_params[old], remap[old]) for old in self.entry_params if old in remap
         )
         graph = Graph(
             path=self.path,
             nodes=nodes,
             inputs=[new for _, new in params],
             outputs=[remap[o] for o in outputs],
-            input_shardings={remap[k]: v for k, v in self.input_shardings.items() if live[k]},
+            input_shardings={remap[k]: v for k, v in self.input_shardings.items() if k in remap},
             output_shardings={remap[k]: v for k, v in output_shardings.items()},
             mesh_hint=self._mesh(),
             num_partitions=self._num_partitions(),
