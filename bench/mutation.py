@@ -10,7 +10,6 @@ and in total; exits 1 if any differing mutant was proved equivalent.
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -19,6 +18,9 @@ from scalify.compiler.compile import compile_rule_dir
 
 from scalify.mutate import MutationScore, score
 from scalify.mutation_corpus import case_pairs, hlo_pairs
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from run import export_mlp  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -33,21 +35,8 @@ def main() -> int:
         tmp = Path(tempfile.mkdtemp())
         for tp in (2, 4, 8):
             out = tmp / f"tp{tp}"
-            subprocess.run(
-                [
-                    sys.executable,
-                    str(REPO / "examples/mlp/export.py"),
-                    "--out",
-                    str(out),
-                    "--dp",
-                    "1",
-                    "--tp",
-                    str(tp),
-                ],
-                check=True,
-                capture_output=True,
-            )
-            sources += list(hlo_pairs(out))
+            export_mlp(out, tp, 64, 256)
+            sources += [(f"mlp tp={tp}", *rest) for _, *rest in hlo_pairs(out)]
     total = MutationScore()
     print(f"{'source':60s} {'tried':>5s} {'diff':>5s} {'caught':>6s} {'wrong':>5s}")
     for name, base, dist, mesh, given in sources:

@@ -5,8 +5,9 @@ from __future__ import annotations
 from scalify.ir import Node
 
 
-def prune_and_renumber(nodes: list[Node], outputs: list[int]
-                       ) -> tuple[dict[int, Node], dict[int, int]]:
+def prune_and_renumber(
+    nodes: list[Node], outputs: list[int]
+) -> tuple[dict[int, Node], dict[int, int]]:
     """Nodes (in topological order, ids = positions) reachable from `outputs`, renumbered
     0..n-1 in the same order; returns them and the old-to-new id map."""
     live = bytearray(len(nodes))
