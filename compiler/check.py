@@ -33,6 +33,7 @@ from .signatures import (
     OP_ARITY,
     OP_ATTRS,
     SPLAT,
+    VALUE_FUNCTIONS,
 )
 
 DIST, BASE, OP, DIM, AXIS, SCALAR, STR = "dist", "base", "op", "dim", "axis", "scalar", "str"
@@ -226,6 +227,12 @@ class RuleChecker:
             return
         if isinstance(value, Var):
             self._require_bound(value, info, DIM)
+            return
+        if isinstance(value, App) and value.name in VALUE_FUNCTIONS:
+            _, role = VALUE_FUNCTIONS[value.name]
+            if len(value.args) != 1 or not isinstance(value.args[0], Var):
+                raise self.fail(value.span, f"`{value.name}` takes one {role} variable")
+            self._require_bound(value.args[0], info, role)
             return
         if isinstance(value, App) and value.name in DIM_FUNCTIONS:
             args = value.args

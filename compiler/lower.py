@@ -14,7 +14,14 @@ from dataclasses import dataclass, field
 
 from .ast import App, Comparison, Equation, IntLit, Membership, Relation, StrLit, Value, Var
 from .check import RuleInfo
-from .signatures import COMMON_ATTRS, CONSTANT_NAMES, DIM_FUNCTIONS, OP_ATTRS, SPLAT
+from .signatures import (
+    COMMON_ATTRS,
+    CONSTANT_NAMES,
+    DIM_FUNCTIONS,
+    OP_ATTRS,
+    SPLAT,
+    VALUE_FUNCTIONS,
+)
 
 
 @dataclass
@@ -67,6 +74,12 @@ class _Lowering:
         if isinstance(value, Var):
             return self.string(value)
         args = value.args
+        if value.name in VALUE_FUNCTIONS:
+            lookup = f"({VALUE_FUNCTIONS[value.name][0]} {self.string(args[0])})"
+            if lookup not in self.bound:
+                self.bound[lookup] = self.fresh("v")
+                self.query.append(f"(= {self.bound[lookup]} {lookup})")
+            return self.bound[lookup]
         key = self.key_of_op[self.info.rule.match.name]
         if len(args) == 3:
             key = self.key_of_op[args[0].name]

@@ -56,3 +56,10 @@ CONSTANT_NAMES = frozenset({"sum", "max", "min", "prod", "float", "int", "pred"}
 # `indim(k, e)` is the dim of operand k that lands on output dim e (-1 when none: a new dim).
 # An optional first argument names the matched op they refer to (default: the top op).
 DIM_FUNCTIONS: dict[str, str] = {"outdim": "OutDim", "indim": "InDim"}
+
+# Integer-valued functions of one bound variable: `axissize(a)` is the size of mesh axis a,
+# `litint(c)` the integer a scalar fill's literal c stands for (no match when it is not one).
+VALUE_FUNCTIONS: dict[str, tuple[str, str]] = {
+    "axissize": ("AxisSize", "axis"),
+    "litint": ("LitI", "scalar"),
+}

@@ -243,6 +243,23 @@ def test_dtensor_mlp_is_equivalent(exported, cli):
     assert result.out == "verdict: equivalent\n"
 
 
+def test_dtensor_rowwise_bias_shared_out_is_equivalent(exported, cli):
+    """RowwiseParallel adds bias / tp on every device before the all-reduce."""
+    files = exported["files"]
+    result = cli(
+        "verify",
+        files["baseline_biased"],
+        files["dtensor_biased"],
+        "--mesh",
+        "tp=4",
+        "--format",
+        "json",
+    )
+    report = json.loads(result.out)
+    assert report["verdict"] == "equivalent", report["suspects"]
+    assert "partial_plus_shared_bias" in report["stats"]["rules_fired"]
+
+
 EXPECTED = {
     "bias_before_allreduce": ("add", r"# BUG: bias_before_allreduce"),
     # No op is computed on the BUG line itself: the partial sum is first misused where the

@@ -112,7 +112,8 @@ def export_all(
     ffn: int = 256,
     dtensor: bool = True,
 ) -> dict[str, Path]:
-    """Write baseline.pt2, tp.pt2, tp_<bug>.pt2 (and dtensor.pt2) to out_dir."""
+    """Write baseline.pt2, tp.pt2, tp_<bug>.pt2 (and dtensor.pt2, and baseline_biased.pt2
+    with dtensor_biased.pt2 for an fc2 that has its own bias) to out_dir."""
     import torch
 
     from scalify.frontends.fx import save_exported
@@ -129,6 +130,9 @@ def export_all(
         programs[name] = torch.export.export(model.TPMLP(full, 0, tp, group, bug).eval(), (x,))
     if dtensor:
         programs["dtensor"] = _dtensor_program(full, x, tp)
+        biased = model.BiasedMLP(hidden, ffn).eval()
+        programs["baseline_biased"] = torch.export.export(biased, (x,))
+        programs["dtensor_biased"] = _dtensor_program(biased, x, tp)
     out_dir.mkdir(parents=True, exist_ok=True)
     written: dict[str, Path] = {}
     for name, ep in programs.items():

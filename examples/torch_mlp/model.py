@@ -41,6 +41,19 @@ class MLP(nn.Module):
         return self.fc2(h) + self.bias
 
 
+class BiasedMLP(nn.Module):
+    """The plain nn.Linear form, fc2 with its own bias: what DTensor's RowwiseParallel shares
+    out as bias / tp on each device before the all-reduce."""
+
+    def __init__(self, hidden: int, ffn: int) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(hidden, ffn)
+        self.fc2 = nn.Linear(ffn, hidden)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.fc2(gelu(self.fc1(x)))
+
+
 class TPMLP(nn.Module):
     """One device's shard of `MLP`, with the same parameter names: fc1 holds this device's
     rows of fc1 (its ffn slice), fc2 its columns of fc2; x and bias are replicated.

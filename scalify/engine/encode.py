@@ -149,8 +149,29 @@ def signature_facts(signatures: dict[str, Signature]) -> list[str]:
     return facts
 
 
+def _integer(text: str) -> int | None:
+    """The integer a literal stands for (`4`, `4.0`), or None."""
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return int(value) if value.is_integer() and abs(value) < 2**62 else None
+
+
 def vocabulary_facts(mesh: Mesh, graphs: list[Graph]) -> list[str]:
     ops = {n.op for g in graphs for n in g.nodes.values()}
     facts = [f"(Axis {egg_string(a)})" for a in mesh.names]
+    facts += [f"(set (AxisSize {egg_string(a)}) {n})" for a, n in mesh.axes]
+    literals = {
+        str(n.attrs.get("value"))
+        for g in graphs
+        for n in g.nodes.values()
+        if n.op == "constant" and n.shape == ()
+    }
+    facts += [
+        f"(set (LitI {egg_string(text)}) {value})"
+        for text in sorted(literals)
+        if (value := _integer(text)) is not None
+    ]
     facts += [f"(Pure {egg_string(op)})" for op in sorted(ops - NOT_PURE)]
     return facts

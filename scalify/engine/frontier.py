@@ -147,7 +147,9 @@ def _explain(node: Node, dist: Graph, proven: Proven, mesh: Mesh) -> tuple[str, 
         )
     if node.op in ("add", "sub"):
         kinds = [bool(_partial_axes(lays)) for lays in operand_layouts]
-        if any(kinds) and not all(kinds):
+        # Definite only when the other operand is known to be complete; an unrelated one may
+        # be a share of the value that a missing rule would account for.
+        if any(kinds) and not all(kinds) and all(operand_layouts):
             axis = sorted(_partial_axes(operand_layouts[kinds.index(True)]))[0]
             return (
                 f"{node.op} of a partial sum over {axis} and a complete value: the complete "
