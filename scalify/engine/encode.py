@@ -113,9 +113,29 @@ class GraphEncoder:
         if node.op == "rank_index" or not 1 <= arity <= 3:
             return f"(Leaf {egg_string(node.op + ':' + self.side)} {node.id})"
         signature = node_signature(node, self.graph, self.mesh, shape_free)
-        self.signatures.setdefault(signature.key, signature)
         operands = " ".join(self.name(o) for o in node.operands)
+        axes = signature.attrs_s.get("axes", "")
+        if node.op == "all_reduce" and "," in axes and not axes.startswith("groups"):
+            return self._one_axis_at_a_time(signature, axes.split(","), operands)
+        self.signatures.setdefault(signature.key, signature)
         return f"(Op{arity} {egg_string(node.op)} {egg_string(signature.key)} {operands})"
+
+    def _one_axis_at_a_time(self, signature: Signature, axes: list[str], operand: str) -> str:
+        """An all-reduce over several mesh axes is the all-reduces over each of them in turn
+        (the reduction is associative and commutative), so single-axis rules apply."""
+        term = operand
+        for axis in axes:
+            key = signature.key.replace(f"axes={','.join(axes)}", f"axes={axis}")
+            one = Signature(
+                key,
+                dict(signature.out_dims),
+                dict(signature.in_dims),
+                {**signature.attrs_s, "axes": axis},
+                dict(signature.attrs_i),
+            )
+            self.signatures.setdefault(key, one)
+            term = f'(Op1 "all_reduce" {egg_string(key)} {term})'
+        return term
 
     def commands(self) -> list[str]:
         tag = "BaseNode" if self.side == "b" else "DistNode"
