@@ -126,6 +126,15 @@ class Graph:
     # Pairs of nodes that compute the same value in two forms (see canonicalize.py); both
     # forms go into the e-graph, unioned.
     equalities: list[tuple[int, int]] = field(default_factory=list)
+    # Facts derived from the nodes (users, literal nodes, ...), computed once; analyses key it
+    # by their own name. Graphs are not edited after canonicalisation, so it stays valid.
+    derived: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def memo(self, name: str, compute):
+        """`compute(self)` once per graph and name."""
+        if name not in self.derived:
+            self.derived[name] = compute(self)
+        return self.derived[name]
 
     def node(self, node_id: int) -> Node:
         return self.nodes[node_id]

@@ -44,6 +44,13 @@ class MutationScore:
         )
 
 
+def _copy(graph: Graph) -> Graph:
+    """A copy to mutate; facts derived from the original do not hold for it."""
+    clone = copy.deepcopy(graph)
+    clone.derived.clear()
+    return clone
+
+
 def _fresh_id(graph: Graph) -> int:
     return max(graph.nodes) + 1
 
@@ -115,11 +122,11 @@ def mutants(graph: Graph, mesh: Mesh) -> Iterator[Mutant]:
     for node in list(graph.nodes.values()):
         yield from _collective_mutants(graph, node, mesh)
         if node.op in NON_COMMUTATIVE and node.operands[0] != node.operands[1]:
-            g = copy.deepcopy(graph)
+            g = _copy(graph)
             g.nodes[node.id].operands = tuple(reversed(node.operands))
             yield Mutant(f"swap the operands of {node.op} `{node.name}`", g)
         if node.dtype in ("f32", "f64") and node.op in ("dot", "add", "mul", "reduce"):
-            g = copy.deepcopy(graph)
+            g = _copy(graph)
             down = _derived(g, node, "convert", (node.id,), node.shape, "bf16", {}, "bf16")
             _insert_after(g, node.id, down)
             up = _derived(g, node, "convert", (down.id,), node.shape, node.dtype, {}, "f32")
@@ -130,7 +137,7 @@ def mutants(graph: Graph, mesh: Mesh) -> Iterator[Mutant]:
             for i in range(len(perm)):
                 for j in range(i + 1, len(perm)):
                     if node.shape[i] == node.shape[j]:
-                        g = copy.deepcopy(graph)
+                        g = _copy(graph)
                         new = list(perm)
                         new[i], new[j] = new[j], new[i]
                         g.nodes[node.id].attrs["perm"] = tuple(new)
@@ -141,27 +148,27 @@ def _collective_mutants(graph: Graph, node: Node, mesh: Mesh) -> Iterator[Mutant
     if node.op not in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all"):
         return
     for what, groups in _other_groups(node, mesh):
-        g = copy.deepcopy(graph)
+        g = _copy(graph)
         g.nodes[node.id].attrs["groups"] = groups
         yield Mutant(f"{node.op} `{node.name}` over {what}", g)
     if node.op != "all_reduce":
         return
     swapped = {"sum": "max", "max": "sum"}.get(node.attrs.get("op", ""))
     if swapped:
-        g = copy.deepcopy(graph)
+        g = _copy(graph)
         g.nodes[node.id].attrs["op"] = swapped
         yield Mutant(f"all_reduce `{node.name}` with {swapped} instead of {node.attrs['op']}", g)
-    g = copy.deepcopy(graph)
+    g = _copy(graph)
     _redirect(g, node.id, node.operands[0], skip=-1)
     del g.nodes[node.id]
     yield Mutant(f"drop all_reduce `{node.name}`", g)
-    g = copy.deepcopy(graph)
+    g = _copy(graph)
     twice = _derived(
         g, node, "all_reduce", (node.id,), node.shape, node.dtype, dict(node.attrs), "again"
     )
     _insert_after(g, node.id, twice)
     yield Mutant(f"all_reduce `{node.name}` applied twice", g)
-    g = copy.deepcopy(graph)
+    g = _copy(graph)
     operand = g.nodes[node.operands[0]]
     one = _derived(g, node, "constant", (), (), operand.dtype, {"value": "1"}, "one")
     _insert_before(g, node.id, one)

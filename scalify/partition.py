@@ -45,16 +45,16 @@ class PartitionStats:
 
 def literal_nodes(graph: Graph) -> set[int]:
     """Nodes computed from literals only (no parameter among their inputs)."""
-    cached = getattr(graph, "_literal_cache", None)
-    if cached is not None:
-        return cached
+    return graph.memo("literal_nodes", _literal_nodes)
+
+
+def _literal_nodes(graph: Graph) -> set[int]:
     literal: set[int] = set()
     for node in graph.nodes.values():
         if node.op in LITERAL_OPS or (
             node.op != "parameter" and node.operands and all(o in literal for o in node.operands)
         ):
             literal.add(node.id)
-    graph._literal_cache = literal  # type: ignore[attr-defined]
     return literal
 
 
@@ -215,16 +215,8 @@ def segment_relations(
 
 
 def _users_of(graph: Graph, node_id: int) -> list[int]:
-    cache = getattr(graph, "_users_cache", None)
-    if cache is None:
-        cache = graph.users()
-        graph._users_cache = cache  # type: ignore[attr-defined]
-    return cache[node_id]
+    return graph.memo("users", Graph.users)[node_id]
 
 
 def _positions(graph: Graph) -> dict[int, int]:
-    cached = getattr(graph, "_position_cache", None)
-    if cached is None:
-        cached = {node_id: i for i, node_id in enumerate(graph.nodes)}
-        graph._position_cache = cached  # type: ignore[attr-defined]
-    return cached
+    return graph.memo("positions", lambda g: {node_id: i for i, node_id in enumerate(g.nodes)})

@@ -47,9 +47,10 @@ def _rank_derived(graph: Graph) -> set[int]:
     """A device's own index and arithmetic on it alone (offsets, masks' bounds): legitimate
     SPMD values, not where a bug starts. The first op that mixes them with data and has no
     rule is the suspect."""
-    cached = getattr(graph, "_rank_cache", None)
-    if cached is not None:
-        return cached
+    return graph.memo("rank_derived", _compute_rank_derived)
+
+
+def _compute_rank_derived(graph: Graph) -> set[int]:
     derived: set[int] = set()
     for node in graph.nodes.values():
         if node.op == "rank_index" or (
@@ -59,7 +60,6 @@ def _rank_derived(graph: Graph) -> set[int]:
             and all(o in derived or _is_literal(graph.node(o), graph) for o in node.operands)
         ):
             derived.add(node.id)
-    graph._rank_cache = derived  # type: ignore[attr-defined]
     return derived
 
 
