@@ -26,8 +26,10 @@ from .ast import (
     Var,
 )
 from .signatures import (
+    AXES_FAMILY,
     COMMON_ATTRS,
     CONSTANT_NAMES,
+    COORD,
     DIM_FUNCTIONS,
     LAYOUTS,
     OP_ARITY,
@@ -37,6 +39,8 @@ from .signatures import (
 )
 
 DIST, BASE, OP, DIM, AXIS, SCALAR, STR = "dist", "base", "op", "dim", "axis", "scalar", "str"
+# Patterns that are not ops: a scalar fill `splat(c)`, a device coordinate `coord(a)`.
+SPECIAL = {SPLAT: SCALAR, COORD: AXIS}
 
 
 @dataclass
@@ -73,7 +77,9 @@ class RuleChecker:
                 "layout clauses (`X ~ x @ ...`) belong in `where`",
             )
         for clause in rule.where:
-            if isinstance(clause, Membership):
+            if isinstance(clause, Membership) and clause.family == AXES_FAMILY:
+                self._bind(Var(clause.var, clause.span), AXIS, info)
+            elif isinstance(clause, Membership):
                 info.op_vars[clause.var] = self._family(clause)
         self._bind_pattern(rule.match, info, top=True)
         for clause in rule.where:
@@ -90,7 +96,7 @@ class RuleChecker:
         return clause.family
 
     def _op_name(self, app: App, info: RuleInfo) -> str:
-        if app.name in info.op_vars or app.name in OP_ARITY or app.name == SPLAT:
+        if app.name in info.op_vars or app.name in OP_ARITY or app.name in SPECIAL:
             return app.name
         raise self.fail(
             app.span,
@@ -100,9 +106,9 @@ class RuleChecker:
 
     def _check_arity(self, app: App, info: RuleInfo) -> None:
         name = self._op_name(app, info)
-        if name == SPLAT:
-            if len(app.args) != 1:
-                raise self.fail(app.span, "`splat` takes one scalar: splat(c)")
+        if name in SPECIAL:
+            if len(app.args) != 1 or not isinstance(app.args[0], Var):
+                raise self.fail(app.span, f"`{name}` takes one {SPECIAL[name]} variable")
             return
         if name in info.op_vars:
             members = self.families[info.op_vars[name]].members
@@ -125,8 +131,8 @@ class RuleChecker:
 
     def _bind_pattern(self, app: App, info: RuleInfo, top: bool) -> None:
         self._check_arity(app, info)
-        if app.name == SPLAT:
-            self._bind(app.args[0], SCALAR, info)
+        if app.name in SPECIAL:
+            self._bind(app.args[0], SPECIAL[app.name], info)
             return
         for attr, value in app.attrs:
             kind = {**COMMON_ATTRS, **OP_ATTRS.get(app.name, {})}[attr]
@@ -150,6 +156,8 @@ class RuleChecker:
                 )
 
     def _check_where(self, clause, info: RuleInfo) -> None:
+        if isinstance(clause, Membership) and clause.family == AXES_FAMILY:
+            return
         if isinstance(clause, Membership):
             if clause.var not in info.roles and clause.var not in _ops_in(info.rule.match):
                 raise self.fail(clause.span, f"op variable `{clause.var}` is not in the match")
@@ -312,14 +320,14 @@ class RuleChecker:
             return
         if isinstance(value, App):
             self._check_arity(value, info)
-            if value.name != SPLAT and value.name not in _ops_in(info.rule.match):
+            if value.name not in SPECIAL and value.name not in _ops_in(info.rule.match):
                 raise self.fail(
                     value.span,
                     f"`{value.name}` does not occur in the match",
                     "the rewrite rebuilds matched ops (with their attributes) on baseline operands",
                 )
             for arg in value.args:
-                if value.name == SPLAT:
+                if value.name in SPECIAL:
                     self._require_bound(arg, info)
                 else:
                     self._check_base_term(arg, info, allow_dist)

@@ -15,8 +15,10 @@ from dataclasses import dataclass, field
 from .ast import App, Comparison, Equation, IntLit, Membership, Relation, StrLit, Value, Var
 from .check import RuleInfo
 from .signatures import (
+    AXES_FAMILY,
     COMMON_ATTRS,
     CONSTANT_NAMES,
+    COORD,
     DIM_FUNCTIONS,
     OP_ATTRS,
     SPLAT,
@@ -95,6 +97,9 @@ class _Lowering:
         if app.name == SPLAT:
             self.query.append(f"(= {target} (Splat {self.string(app.args[0])} {self.fresh('dt')}))")
             return
+        if app.name == COORD:
+            self.query.append(f"(= {target} (Coord {self.string(app.args[0])}))")
+            return
         key = self.fresh("k")
         self.key_of_op.setdefault(app.name, key)
         op = self.var(app.name) if app.name in self.info.op_vars else f'"{app.name}"'
@@ -113,7 +118,9 @@ class _Lowering:
             self.query.append(f'(= (Attr{kind} {key} "{attr}") {rendered})')
 
     def where(self, clause) -> None:
-        if isinstance(clause, Membership):
+        if isinstance(clause, Membership) and clause.family == AXES_FAMILY:
+            self.query.append(f"(Axis {self.var(clause.var)})")
+        elif isinstance(clause, Membership):
             self.query.append(f'(InFamily {self.var(clause.var)} "{clause.family}")')
         elif isinstance(clause, Relation):
             self.relation(clause)
@@ -156,6 +163,8 @@ class _Lowering:
         """An action expression building `value` (baseline side of a rewrite)."""
         if isinstance(value, Var):
             return self.var(value.name)
+        if value.name == COORD:
+            return f"(Coord {self.string(value.args[0])})"
         if value.name == SPLAT:
             return f"(Splat {self.string(value.args[0])} {self.splat_dtype()})"
         op = self.var(value.name) if value.name in self.info.op_vars else f'"{value.name}"'

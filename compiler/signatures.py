@@ -19,6 +19,8 @@ OP_ATTRS: dict[str, dict[str, str]] = {
     "reduce": {"op": "S"},
     "compare": {"direction": "S"},
     "concatenate": {"dim": "I"},
+    "slice_at": {"dim": "I", "size": "I", "parts": "I"},
+    "rank_index": {"kind": "S"},
     "merge": {"dim": "I", "inner": "I"},
     "split": {"dim": "I", "inner": "I"},
 }
@@ -33,6 +35,8 @@ OP_ARITY: dict[str, tuple[int, ...]] = {
     "reduce": (1, 2),
     "broadcast": (1,),
     "reshape": (1,),
+    "slice_at": (2,),
+    "rank_index": (0,),
     "merge": (1,),
     "split": (1,),
     "transpose": (1,),
@@ -61,5 +65,11 @@ DIM_FUNCTIONS: dict[str, str] = {"outdim": "OutDim", "indim": "InDim"}
 # `litint(c)` the integer a scalar fill's literal c stands for (no match when it is not one).
 VALUE_FUNCTIONS: dict[str, tuple[str, str]] = {
     "axissize": ("AxisSize", "axis"),
+    "axisstride": ("AxisStride", "axis"),
     "litint": ("LitI", "scalar"),
 }
+
+# `coord(a)`: the device's coordinate on mesh axis a, a value of its own in the e-graph.
+COORD = "coord"
+# `a in axes` binds an axis variable to every mesh axis in turn.
+AXES_FAMILY = "axes"

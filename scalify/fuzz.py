@@ -558,6 +558,14 @@ def _ops_of(rule_name: str, rules: CompiledRuleSet) -> list[str]:
     return [m for m in rules.families[family] if arity in OP_ARITY.get(m, ())]
 
 
+def _scalar_fills(graph: Graph) -> set[int]:
+    """Nodes whose term is a size-free fill (shape-free broadcasts, rank-0 literals): they
+    stand for a value of whatever shape their users pin, so they are not compared alone."""
+    return shape_free_nodes(graph) | {
+        n.id for n in graph.nodes.values() if n.op == "constant" and n.shape == ()
+    }
+
+
 def check_instance(
     instance: Instance, program: str, rule_names: list[str], seed: int
 ) -> tuple[bool, list[str]]:
@@ -578,7 +586,8 @@ def check_instance(
     )
     proven = proof.relations
     fired = any(proof.stats.rule_matches.get(name, 0) for name in rule_names)
-    unchecked = shape_free_nodes(instance.dist)
+    unchecked = _scalar_fills(instance.dist)
+    unchecked_base = _scalar_fills(instance.base)
     rng = np.random.default_rng(seed)
     base_inputs = {i: random_input(instance.base.node(i), rng) for i in instance.base.inputs}
     dist_inputs = {
@@ -593,7 +602,7 @@ def check_instance(
         if dist_id in unchecked:
             continue
         for layout, base_id in relations:
-            if (dist_id, canonical(layout), base_id) in given:
+            if (dist_id, canonical(layout), base_id) in given or base_id in unchecked_base:
                 continue
             mismatch = compare_output(
                 dist_id, base_values[base_id], dist_values[dist_id], layout, instance.mesh, rng

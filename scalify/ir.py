@@ -54,6 +54,7 @@ CANONICAL_OPS = (
         "reshape",
         "merge",
         "split",
+        "slice_at",
         "transpose",
         "slice",
         "dynamic_slice",

@@ -97,6 +97,9 @@ class GraphEncoder:
         if node.op == "parameter":
             label = f"{self.side}:{self.graph.input_name(node.id)}"
             return f"(Input {egg_string(label)} {egg_string(node.dtype)})"
+        if node.op == "constant" and node.shape == ():
+            # A rank-0 literal is the scalar fill itself; its consumers' keys fix its rank.
+            return f"(Splat {egg_string(str(node.attrs.get('value')))} {egg_string(node.dtype)})"
         if node.op in ("constant", "iota"):
             shape = ",".join(map(str, node.shape))
             value = (
@@ -110,7 +113,11 @@ class GraphEncoder:
             literal = self.graph.node(node.operands[0]).attrs.get("value", "?")
             return f"(Splat {egg_string(str(literal))} {egg_string(node.dtype)})"
         arity = len(node.operands)
-        if node.op == "rank_index" or not 1 <= arity <= 3:
+        if node.op == "rank_index":  # the same function of the device everywhere: not Base
+            signature = node_signature(node, self.graph, self.mesh)
+            self.signatures.setdefault(signature.key, signature)
+            return f'(Op0 "rank_index" {egg_string(signature.key)})'
+        if not 1 <= arity <= 3:
             return f"(Leaf {egg_string(node.op + ':' + self.side)} {node.id})"
         signature = node_signature(node, self.graph, self.mesh, shape_free)
         operands = " ".join(self.name(o) for o in node.operands)
@@ -182,6 +189,10 @@ def vocabulary_facts(mesh: Mesh, graphs: list[Graph]) -> list[str]:
     ops = {n.op for g in graphs for n in g.nodes.values()}
     facts = [f"(Axis {egg_string(a)})" for a in mesh.names]
     facts += [f"(set (AxisSize {egg_string(a)}) {n})" for a, n in mesh.axes]
+    stride = 1
+    for axis, size in reversed(mesh.axes):
+        facts.append(f"(set (AxisStride {egg_string(axis)}) {stride})")
+        stride *= size
     literals = {
         str(n.attrs.get("value"))
         for g in graphs

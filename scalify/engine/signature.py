@@ -128,6 +128,13 @@ def node_signature(
     elif node.op == "reshape":
         parts.append(f"from={_ints(operands[0].shape)}")
         parts.append(f"to={_ints(node.shape)}")
+    elif node.op == "slice_at":
+        for name in ("dim", "size", "parts"):
+            parts.append(f"{name}={a[name]}")
+            sig.attrs_i[name] = int(a[name])
+    elif node.op == "rank_index":
+        parts.append(f"kind={a.get('kind', '')}")
+        sig.attrs_s["kind"] = str(a.get("kind", ""))
     elif node.op in ("merge", "split"):
         parts.append(f"dim={a['dim']}")
         parts.append(f"inner={a['inner']}")
@@ -150,7 +157,7 @@ def node_signature(
         sig.attrs_i["dim"] = int(a["dim"])
     elif node.op in COLLECTIVES:
         _collective(node, mesh, parts, sig)
-    elif node.op in ("opaque", "pad", "iota", "dynamic_slice", "rank_index"):
+    elif node.op in ("opaque", "pad", "iota", "dynamic_slice"):
         parts.append(repr(sorted((k, str(v)) for k, v in a.items())))
         parts.append(f"shape={_ints(node.shape)}")
     elif node.op not in ELEMENTWISE:

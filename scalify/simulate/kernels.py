@@ -224,6 +224,11 @@ def apply(node: Node, args: list[np.ndarray], operand_dtypes: list[str]) -> np.n
         return args[0][index]
     if op == "concatenate":
         return np.concatenate(args, axis=int(node.attrs["dim"]))
+    if op == "slice_at":
+        a = node.attrs
+        dim, size = int(a["dim"]), int(a["size"])
+        start = min(max(int(args[1]), 0), args[0].shape[dim] - size)
+        return np.take(args[0], range(start, start + size), axis=dim)
     if op == "dynamic_slice":
         sizes = tuple(node.attrs.get("sizes", node.shape))
         starts = [
