@@ -11,6 +11,7 @@ unsound rule, reported with its name, source, seed and the instance.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -74,6 +75,7 @@ class _Builder:
         unit = math.lcm(*(n for _, n in mesh.axes))
         self.unit = unit
         self.hints: list[str | None] = []
+        self.next_id = 0
         self.axis = mesh.names[int(rng.integers(len(mesh.names)))]
         self.shared_dim = int(rng.integers(3))
 
@@ -123,7 +125,8 @@ class _Builder:
         attrs: dict,
         dist_attrs: dict | None = None,
     ) -> int:
-        node_id = len(self.base)
+        node_id = self.next_id
+        self.next_id += 1
         name = f"n{node_id}"
         self.base[node_id] = Node(
             node_id, op, operands, tuple(base_shape), dtype, dict(attrs), name=name
@@ -137,6 +140,18 @@ class _Builder:
             dict(attrs if dist_attrs is None else dist_attrs),
             name=name,
         )
+        return node_id
+
+    def dist_only(
+        self, op: str, operands: tuple[int, ...], shape: tuple[int, ...], dtype: str, attrs: dict
+    ) -> int:
+        """A node only the distributed program has (device-index arithmetic)."""
+        node_id = self.next_id
+        self.next_id += 1
+        self.dist[node_id] = Node(
+            node_id, op, operands, shape, dtype, dict(attrs), name=f"n{node_id}"
+        )
+        self.lines.append(f"n{node_id} = {op}{attrs or ''}({', '.join(f'n{o}' for o in operands)})")
         return node_id
 
     def input(self, shape: tuple[int, ...], dtype: str, layout: Layout | None = None) -> int:
@@ -434,6 +449,52 @@ def _concatenate(b: _Builder) -> int:
     return b.op("concatenate", (x, y), "f32", {"dim": int(b.rng.integers(rank))})
 
 
+def _slice_at_coordinate(b: _Builder) -> int:
+    """A slice of x at offset k * ((partition id / s) % n), with s, n and k right for a random
+    axis most of the time and wrong otherwise; x is replicated over the axis, or not."""
+    names = b.mesh.names
+    axis = names[int(b.rng.integers(len(names)))]
+    n = b.mesh.axis_size(axis)
+    stride = 1
+    for name, size in reversed(b.mesh.axes):
+        if name == axis:
+            break
+        stride *= size
+
+    def maybe_wrong(value: int) -> int:
+        return value if b.rng.random() < 0.75 else int(b.rng.integers(1, 2 * value + 2))
+
+    rank = int(b.rng.integers(1, 3))
+    shape = [b.size() for _ in range(rank)]
+    d = int(b.rng.integers(rank))
+    shape[d] = b.unit * n * int(b.rng.integers(1, 3))
+    layout = () if b.rng.random() < 0.7 else b.layout(rank)
+    x = b.input(tuple(shape), "f32", layout)
+    local = b.dist[x].shape[d]
+    k = max(1, local // n)
+    if local % k:
+        raise NotSimulable("slice size does not divide the dim")
+    pid = b.dist_only("rank_index", (), (), "u32", {"kind": "partition"})
+    s = b.dist_only("constant", (), (), "u32", {"value": str(maybe_wrong(stride))})
+    q = b.dist_only("div", (pid, s), (), "u32", {})
+    m = b.dist_only("constant", (), (), "u32", {"value": str(maybe_wrong(n))})
+    r = b.dist_only("rem", (q, m), (), "u32", {})
+    c = b.dist_only("convert", (r,), (), "s32", {})
+    step = b.dist_only("constant", (), (), "s32", {"value": str(maybe_wrong(k))})
+    offset = b.dist_only("mul", (c, step), (), "s32", {})
+    size = list(b.dist[x].shape)
+    size[d] = k
+    out = b.dist_only(
+        "slice_at",
+        (x, offset),
+        tuple(size),
+        "f32",
+        {"dim": d, "size": k, "parts": b.dist[x].shape[d] // k},
+    )
+    b.base_output = x  # the baseline is x itself; the slice relates to it by a layout
+    return out
+
+
 def _transpose(b: _Builder) -> int:
     rank = int(b.rng.integers(2, 4))
     x = b.input(
@@ -488,7 +549,13 @@ def generate(op: str, rng: np.random.Generator, hints: list[str | None] | None =
     mesh = Mesh(MESHES[int(rng.integers(len(MESHES)))])
     b = _Builder(rng, mesh)
     b.hints = list(hints or [])
-    if op in UNARY:
+    if (
+        op == "slice_at"
+        or (op == "rem" and b.hints[:1] == ["op:div"])
+        or (op == "convert" and b.hints[:1] == ["coord"])
+    ):
+        out = _slice_at_coordinate(b)
+    elif op in UNARY:
         out = _elementwise(b, op, 1)
     elif op in BINARY:
         out = _elementwise(b, op, 2)
@@ -531,6 +598,8 @@ def operand_hints(rule) -> list[str | None]:
                 kind = "partial:" + (op.strip('"') if op.startswith('"') else "?")
             elif atom.startswith(f"(FreeAlong {var} "):
                 kind = "broadcast"
+            elif atom.startswith(f"(= {var} (Coord "):
+                kind = "coord"
             elif atom.startswith(f"(Inv {var} "):
                 kind = "inv"
             elif atom.startswith(f"(Base {var})"):
@@ -539,7 +608,7 @@ def operand_hints(rule) -> list[str | None]:
                 kind = "splat"
             elif atom.startswith(f'(= {var} (Op1 "broadcast"'):
                 kind = "broadcast"
-            elif atom.startswith(f"(= {var} (Op1 "):
+            elif re.match(rf"\(= {re.escape(var)} \(Op\d ", atom):
                 kind = "op:" + atom.split()[3].strip('"')
         hints.append(kind)
     return hints
@@ -615,6 +684,16 @@ def check_instance(
     return fired, failures
 
 
+def _suppliers(group: list, rules: CompiledRuleSet) -> list:
+    """Rules that build the non-op terms (a device coordinate) this rule's pattern needs."""
+    needs_coord = any("(Coord " in atom for rule in group for atom in rule.query)
+    return [
+        r
+        for r in rules.rules
+        if r not in group and needs_coord and any("(Coord " in action for action in r.actions)
+    ]
+
+
 def fuzz_rules(rules: CompiledRuleSet, budget: int, seed: int = 0) -> list[RuleReport]:
     """Check every rule on `budget` random instances of the ops it matches. A rule that
     lowers to several egglog rules (`spread`) is checked as one, cycling through the
@@ -627,7 +706,7 @@ def fuzz_rules(rules: CompiledRuleSet, budget: int, seed: int = 0) -> list[RuleR
             groups.setdefault(rule_name(rule.name), []).append(rule)
         for name, group in groups.items():
             report = RuleReport(name, group[0].source)
-            program = families + "\n" + emit_rules(compiled.path, group)
+            program = families + "\n" + emit_rules(compiled.path, group + _suppliers(group, rules))
             ops = _ops_of(group[0].name, rules)
             for k in range(budget):
                 instance_seed = seed * 1_000_003 + k
