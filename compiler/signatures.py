@@ -10,7 +10,7 @@ from scalify.ir import COLLECTIVES, ELEMENTWISE_BINARY, ELEMENTWISE_UNARY
 COMMON_ATTRS: dict[str, str] = {"class": "S"}
 
 OP_ATTRS: dict[str, dict[str, str]] = {
-    "convert": {"from_class": "S"},
+    "convert": {"from_class": "S", "widens": "S"},
     "all_reduce": {"op": "S", "axes": "S"},
     "all_gather": {"dim": "I", "axes": "S"},
     "reduce_scatter": {"dim": "I", "op": "S", "axes": "S"},

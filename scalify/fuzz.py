@@ -505,7 +505,7 @@ def _transpose(b: _Builder) -> int:
 
 def _convert(b: _Builder) -> int:
     x = b.input((b.size(), b.size()), "f32", b.operand_layout(0, 2, b.layout(2)))
-    return b.op("convert", (x,), "f64" if b.rng.random() < 0.6 else "s32", {})
+    return b.op("convert", (x,), ("f64", "bf16", "f16", "s32")[int(b.rng.integers(4))], {})
 
 
 def _collective(b: _Builder, op: str) -> int:

@@ -38,6 +38,18 @@ def dtype_class(dtype: str) -> str:
     return "int"
 
 
+_FLOAT_BITS = {"f16": (5, 10), "bf16": (8, 7), "f32": (8, 23), "f64": (11, 52)}
+
+
+def _widens(source: str, target: str) -> bool:
+    """Every value of `source` is exact in `target` (exponent and mantissa both no smaller),
+    so the cast commutes with adding partial sums; a narrowing cast rounds each part."""
+    if source not in _FLOAT_BITS or target not in _FLOAT_BITS:
+        return False
+    (se, sm), (te, tm) = _FLOAT_BITS[source], _FLOAT_BITS[target]
+    return te >= se and tm >= sm
+
+
 def _ints(values) -> str:
     return ",".join(str(v) for v in values)
 
@@ -104,6 +116,7 @@ def node_signature(
     sig.attrs_s["class"] = dtype_class(node.dtype)
     if node.op == "convert":
         sig.attrs_s["from_class"] = dtype_class(operands[0].dtype)
+        sig.attrs_s["widens"] = "yes" if _widens(operands[0].dtype, node.dtype) else "no"
         parts.append("from=" + operands[0].dtype)
     if node.op == "dot":
         parts += [
