@@ -144,6 +144,31 @@ def mutants(graph: Graph, mesh: Mesh) -> Iterator[Mutant]:
                         yield Mutant(f"transpose `{node.name}` with perm {new}", g)
 
 
+def _early_cast(graph: Graph, node: Node) -> Iterator[Mutant]:
+    """`narrow(all_reduce(p))` becomes `all_reduce(narrow(p))`: the partials are rounded and
+    summed in the narrow type (published bug B21)."""
+    users = [u for u in graph.nodes.values() if node.id in u.operands]
+    if (
+        len(users) != 1
+        or users[0].op != "convert"
+        or users[0].dtype not in ("bf16", "f16")
+        or node.dtype not in ("f32", "f64")
+        or node.id in graph.outputs
+    ):
+        return
+    g = _copy(graph)
+    cast, reduce_ = g.nodes[users[0].id], g.nodes[node.id]
+    operand = g.nodes[reduce_.operands[0]]
+    early = _derived(g, node, "convert", (operand.id,), operand.shape, cast.dtype, {}, "early")
+    _insert_before(g, node.id, early)
+    reduce_.operands, reduce_.dtype = (early.id,), cast.dtype
+    _redirect(g, cast.id, reduce_.id, skip=-1)
+    del g.nodes[cast.id]
+    yield Mutant(
+        f"cast to {cast.dtype} before all_reduce `{node.name}` (summed in {cast.dtype})", g
+    )
+
+
 def _collective_mutants(graph: Graph, node: Node, mesh: Mesh) -> Iterator[Mutant]:
     if node.op not in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all"):
         return
@@ -153,6 +178,7 @@ def _collective_mutants(graph: Graph, node: Node, mesh: Mesh) -> Iterator[Mutant
         yield Mutant(f"{node.op} `{node.name}` over {what}", g)
     if node.op != "all_reduce":
         return
+    yield from _early_cast(graph, node)
     swapped = {"sum": "max", "max": "sum"}.get(node.attrs.get("op", ""))
     if swapped:
         g = _copy(graph)
