@@ -42,3 +42,49 @@ def write_hlo(
     finally:
         jax.config.update("jax_hlo_source_file_canonicalization_regex", old_regex)
     return written
+
+
+def shard_map_variants(
+    mesh: Any,
+    baseline: Callable[..., Any],
+    body: Callable[..., Any],
+    args: list[tuple[tuple[int, ...], Any]],
+    out_spec: Any,
+    name: str,
+    bugs: tuple[str, ...],
+) -> dict[str, tuple[Callable[..., Any], list[Any]]]:
+    """The baseline on global shapes, and `body` (taking `bug=`) under `jax.shard_map` for the
+    correct version (`name`) and each bug (`name_bug`). `args` are (global shape, spec) pairs;
+    lowering uses abstract values only, so no weights are allocated.
+
+    check_vma=False: a buggy body breaks the replication its out_specs claim and JAX would
+    reject it; proving the claim is Scalify's job. It also keeps every psum a real all-reduce,
+    so the variants differ only by their bug."""
+    from functools import partial
+
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding
+
+    global_args = [jax.ShapeDtypeStruct(shape, jnp.float32) for shape, _ in args]
+    local_args = [
+        jax.ShapeDtypeStruct(shape, jnp.float32, sharding=NamedSharding(mesh, spec))
+        for shape, spec in args
+    ]
+    in_specs = tuple(spec for _, spec in args)
+
+    def lowered(bug: str | None) -> Callable[..., Any]:
+        return jax.jit(
+            jax.shard_map(
+                partial(body, bug=bug),
+                mesh=mesh,
+                in_specs=in_specs,
+                out_specs=out_spec,
+                check_vma=False,
+            )
+        )
+
+    variants = {"baseline": (jax.jit(baseline), global_args), name: (lowered(None), local_args)}
+    for bug in bugs:
+        variants[f"{name}_{bug}"] = (lowered(bug), local_args)
+    return variants

@@ -583,6 +583,18 @@ def generate(op: str, rng: np.random.Generator, hints: list[str | None] | None =
     return Instance(mesh, base, dist, b.inputs, f"mesh {mesh}: " + "; ".join(b.lines))
 
 
+# What a query atom about an operand asks of it, as a hint for the instance generators.
+_HINTS = (
+    ("(= {} (Shard ", "shard"),
+    ("(FreeAlong {} ", "broadcast"),
+    ("(= {} (Coord ", "coord"),
+    ("(Inv {} ", "inv"),
+    ("(Base {})", "base"),
+    ("(= {} (Splat ", "splat"),
+    ('(= {} (Op1 "broadcast"', "broadcast"),
+)
+
+
 def operand_hints(rule) -> list[str | None]:
     """What the rule asks of each operand of its top op, read from its egglog query."""
     top = next(a for a in rule.query if a.startswith("(= ?n0 "))
@@ -591,25 +603,17 @@ def operand_hints(rule) -> list[str | None]:
     for var in operands:
         kind = None
         for atom in rule.query:
-            if atom.startswith(f"(= {var} (Shard "):
-                kind = "shard"
-            elif atom.startswith(f"(= {var} (Partial "):
+            if atom.startswith(f"(= {var} (Partial "):
                 op = atom.split()[4]
                 kind = "partial:" + (op.strip('"') if op.startswith('"') else "?")
-            elif atom.startswith(f"(FreeAlong {var} "):
-                kind = "broadcast"
-            elif atom.startswith(f"(= {var} (Coord "):
-                kind = "coord"
-            elif atom.startswith(f"(Inv {var} "):
-                kind = "inv"
-            elif atom.startswith(f"(Base {var})"):
-                kind = "base"
-            elif atom.startswith(f"(= {var} (Splat "):
-                kind = "splat"
-            elif atom.startswith(f'(= {var} (Op1 "broadcast"'):
-                kind = "broadcast"
-            elif re.match(rf"\(= {re.escape(var)} \(Op\d ", atom):
-                kind = "op:" + atom.split()[3].strip('"')
+                continue
+            for prefix, hint in _HINTS:
+                if atom.startswith(prefix.format(var)):
+                    kind = hint
+                    break
+            else:
+                if re.match(rf"\(= {re.escape(var)} \(Op\d ", atom):
+                    kind = "op:" + atom.split()[3].strip('"')
         hints.append(kind)
     return hints
 

@@ -78,3 +78,15 @@ def test_fuzzing_catches_a_planted_unsound_rule(cli, tmp_path):
     assert "rule `gather_partial_is_sum` is UNSOUND" in result.out
     assert "bad.srl:3: error:" in result.out
     assert "seed " in result.out and "instance: mesh" in result.out
+
+
+def test_rules_compile_prints_the_egglog_program(cli):
+    result = cli("rules", "compile")
+    assert result.code == 0
+    assert '(InFamily "add" "elementwise")' in result.out
+    assert ':name "dot_contracted_shards")' in result.out
+
+
+def test_rules_compile_reports_a_bad_folder(cli, tmp_path):
+    result = cli("rules", "compile", str(tmp_path / "missing"))
+    assert result.code == 2 and "rules folder not found" in result.err

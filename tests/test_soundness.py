@@ -108,3 +108,13 @@ def test_simulate_command(cli):
     assert good.code == 0 and "outputs agree" in good.out
     bad = cli("simulate", str(HLO / "baseline.hlo"), str(HLO / "tp_double_allreduce.hlo"))
     assert bad.code == 1 and "outputs differ" in bad.out
+
+
+def test_collective_over_devices_outside_the_mesh_is_not_simulated():
+    from scalify.ir import Node
+    from scalify.simulate import NotSimulable
+    from scalify.simulate.spmd import _groups
+
+    node = Node(0, "all_reduce", (), (4,), "f32", {"groups": ((0, 1, 2, 3, 4, 5, 6, 7),)})
+    with pytest.raises(NotSimulable, match="beyond the mesh"):
+        _groups(node, parse_mesh("tp=4"))

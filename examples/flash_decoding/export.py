@@ -8,54 +8,29 @@ from __future__ import annotations
 
 import argparse
 import sys
-from functools import partial
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from hlo_export import set_device_count, write_hlo  # noqa: E402
+from hlo_export import set_device_count, shard_map_variants, write_hlo  # noqa: E402
 
 
 def export_all(
     out_dir: Path, tp: int, batch: int, heads: int, seq: int, head_dim: int
 ) -> dict[str, Path]:
     import jax
-    import jax.numpy as jnp
-    from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
     sys.path.insert(0, str(HERE))
     from model import BUGS, attention, flash_decode
 
+    kv = (batch, heads, seq, head_dim)
+    args = [((batch, heads, head_dim), P()), (kv, P(None, None, "tp")), (kv, P(None, None, "tp"))]
     mesh = jax.make_mesh((tp,), ("tp",))
-    shapes = [
-        (batch, heads, head_dim),
-        (batch, heads, seq, head_dim),
-        (batch, heads, seq, head_dim),
-    ]
-    specs = [P(), P(None, None, "tp"), P(None, None, "tp")]
-    global_args = [jax.ShapeDtypeStruct(s, jnp.float32) for s in shapes]
-    local_args = [
-        jax.ShapeDtypeStruct(s, jnp.float32, sharding=NamedSharding(mesh, p))
-        for s, p in zip(shapes, specs, strict=True)
-    ]
-
-    def body(bug):
-        return jax.jit(
-            jax.shard_map(
-                partial(flash_decode, bug=bug),
-                mesh=mesh,
-                in_specs=tuple(specs),
-                out_specs=P(),
-                check_vma=False,
-            )
-        )
-
-    variants = {"baseline": (jax.jit(attention), global_args), "fd": (body(None), local_args)}
-    for bug in BUGS:
-        variants[f"fd_{bug}"] = (body(bug), local_args)
-    return write_hlo(out_dir, variants)
+    return write_hlo(
+        out_dir, shard_map_variants(mesh, attention, flash_decode, args, P(), "fd", BUGS)
+    )
 
 
 def main() -> None:

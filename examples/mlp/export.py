@@ -12,15 +12,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
-from functools import partial
 from pathlib import Path
-from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from hlo_export import set_device_count, write_hlo  # noqa: E402
+from hlo_export import set_device_count, shard_map_variants, write_hlo  # noqa: E402
 
 
 def export_all(
@@ -37,13 +34,11 @@ def export_all(
     because there is no "dp" axis to reduce over by mistake.
     """
     import jax
-    import jax.numpy as jnp
-    from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
     if str(HERE) not in sys.path:
         sys.path.insert(0, str(HERE))
-    from model import BUGS, Bug, mlp, tp_mlp
+    from model import BUGS, mlp, tp_mlp
 
     if jax.device_count() < dp * tp:
         raise RuntimeError(
@@ -53,46 +48,21 @@ def export_all(
     if batch % dp or ffn % tp:
         raise ValueError(f"batch={batch} must divide by dp={dp} and ffn={ffn} by tp={tp}")
 
-    shapes = {
-        "x": (batch, hidden),
-        "w1": (hidden, ffn),
-        "b1": (ffn,),
-        "w2": (ffn, hidden),
-        "b2": (hidden,),
-    }
     if dp > 1:
         mesh = jax.make_mesh((dp, tp), ("dp", "tp"))
         x_spec, out_spec = P("dp", None), P("dp", None)
     else:
         mesh = jax.make_mesh((tp,), ("tp",))
         x_spec, out_spec = P(), P()
-    specs = {"x": x_spec, "w1": P(None, "tp"), "b1": P("tp"), "w2": P("tp", None), "b2": P()}
-
-    # Abstract args only: lowering never allocates the weights.
-    global_args = [jax.ShapeDtypeStruct(s, jnp.float32) for s in shapes.values()]
-    sharded_args = [
-        jax.ShapeDtypeStruct(shapes[k], jnp.float32, sharding=NamedSharding(mesh, specs[k]))
-        for k in shapes
+    args = [
+        ((batch, hidden), x_spec),
+        ((hidden, ffn), P(None, "tp")),
+        ((ffn,), P("tp")),
+        ((ffn, hidden), P("tp", None)),
+        ((hidden,), P()),
     ]
-
-    def tp_fn(bug: Bug | None) -> Callable[..., Any]:
-        # check_vma=False: the buggy bodies break replication that out_specs claims, and
-        # JAX would reject them; proving the claim is Scalify's job, not the tracer's. It
-        # also keeps every psum a real all-reduce, so variants differ only by their bug.
-        body = partial(tp_mlp, bug=bug)
-        in_specs = tuple(specs.values())
-        smap = jax.shard_map(
-            body, mesh=mesh, in_specs=in_specs, out_specs=out_spec, check_vma=False
-        )
-        return jax.jit(smap)
-
-    variants = {"baseline": (jax.jit(mlp), global_args), "tp": (tp_fn(None), sharded_args)}
-    for bug in BUGS:
-        if bug == "wrong_groups" and dp == 1:
-            continue
-        variants[f"tp_{bug}"] = (tp_fn(bug), sharded_args)
-
-    return write_hlo(out_dir, variants)
+    bugs = tuple(bug for bug in BUGS if not (bug == "wrong_groups" and dp == 1))
+    return write_hlo(out_dir, shard_map_variants(mesh, mlp, tp_mlp, args, out_spec, "tp", bugs))
 
 
 def main(argv: list[str] | None = None) -> None:

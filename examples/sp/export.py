@@ -8,51 +8,33 @@ from __future__ import annotations
 
 import argparse
 import sys
-from functools import partial
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from hlo_export import set_device_count, write_hlo  # noqa: E402
+from hlo_export import set_device_count, shard_map_variants, write_hlo  # noqa: E402
 
 
 def export_all(
     out_dir: Path, tp: int, batch: int, seq: int, hidden: int, ffn: int
 ) -> dict[str, Path]:
     import jax
-    import jax.numpy as jnp
-    from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
     sys.path.insert(0, str(HERE))
     from model import BUGS, block, sp_block
 
-    mesh = jax.make_mesh((tp,), ("tp",))
-    shapes = {"x": (batch, seq, hidden), "wn": (hidden,), "w1": (hidden, ffn), "w2": (ffn, hidden)}
-    specs = {"x": P(None, "tp"), "wn": P(), "w1": P(None, "tp"), "w2": P("tp", None)}
-    global_args = [jax.ShapeDtypeStruct(s, jnp.float32) for s in shapes.values()]
-    local_args = [
-        jax.ShapeDtypeStruct(shapes[k], jnp.float32, sharding=NamedSharding(mesh, specs[k]))
-        for k in shapes
+    args = [
+        ((batch, seq, hidden), P(None, "tp")),
+        ((hidden,), P()),
+        ((hidden, ffn), P(None, "tp")),
+        ((ffn, hidden), P("tp", None)),
     ]
-
-    def sp_fn(bug):
-        body = partial(sp_block, bug=bug)
-        return jax.jit(
-            jax.shard_map(
-                body,
-                mesh=mesh,
-                in_specs=tuple(specs.values()),
-                out_specs=P(None, "tp"),
-                check_vma=False,
-            )
-        )
-
-    variants = {"baseline": (jax.jit(block), global_args), "sp": (sp_fn(None), local_args)}
-    for bug in BUGS:
-        variants[f"sp_{bug}"] = (sp_fn(bug), local_args)
-    return write_hlo(out_dir, variants)
+    mesh = jax.make_mesh((tp,), ("tp",))
+    return write_hlo(
+        out_dir, shard_map_variants(mesh, block, sp_block, args, P(None, "tp"), "sp", BUGS)
+    )
 
 
 def main() -> None:

@@ -83,6 +83,8 @@ def _split_partial(per_device, p: Placement, mesh: Mesh, rng) -> list[np.ndarray
 
 def _groups(node: Node, mesh: Mesh) -> list[tuple[int, ...]]:
     groups = [tuple(g) for g in node.attrs.get("groups", ())]
+    if any(d >= mesh.size for g in groups for d in g):
+        raise NotSimulable(f"{node.op} names devices beyond the mesh {mesh}")
     return groups or [tuple(range(mesh.size))]
 
 
