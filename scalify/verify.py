@@ -9,7 +9,7 @@ from pathlib import Path
 
 from .compiler.compile import CompiledRuleSet, compile_rule_dir
 from .compiler.lower import rule_name
-from .engine.decode import proven_relations, replicated_nodes
+from .engine.decode import read_proof
 from .engine.egraph import EGraphSession, RunStats
 from .engine.encode import (
     GraphEncoder,
@@ -204,7 +204,8 @@ def prove(
     commands += [f"(union $d{r.dist_id} {layout_term(f'$b{r.base_id}', r.layout)})" for r in inputs]
     session.feed(commands)
     stats = session.saturate(limits.max_rounds, limits.node_limit)
-    return Proof(proven_relations(session), replicated_nodes(session), stats)
+    relations, replicated = read_proof(session)
+    return Proof(relations, replicated, stats)
 
 
 @dataclass

@@ -9,10 +9,16 @@ from scalify.layout import Layout, Placement
 from .egraph import EGraphSession
 
 
-def proven_relations(session: EGraphSession) -> dict[int, set[tuple[Layout, int]]]:
-    """dist node id -> {(layout, baseline node id)} read from the DistDesc table."""
-    frozen = session.frozen()
-    functions = frozen.functions
+def read_proof(session: EGraphSession) -> tuple[dict[int, set[tuple[Layout, int]]], set[int]]:
+    """What saturation established, from one snapshot of the e-graph: for each distributed
+    node its layouts over baseline nodes (DistDesc), and the nodes that are the same on every
+    device (DistBase)."""
+    functions = session.frozen().functions
+    replicated = {session.i64(row.inputs[0]) for row in functions["DistBase"].rows}
+    return _relations(session, functions), replicated
+
+
+def _relations(session: EGraphSession, functions) -> dict[int, set[tuple[Layout, int]]]:
     layouts: dict = {}
     for row in functions["LNil"].rows:
         layouts[row.output] = ("nil",)
@@ -47,8 +53,3 @@ def proven_relations(session: EGraphSession) -> dict[int, set[tuple[Layout, int]
         base_id = session.i64(row.inputs[2])
         result[dist_id].add((decode(row.inputs[1]), base_id))
     return result
-
-
-def replicated_nodes(session: EGraphSession) -> set[int]:
-    """Distributed nodes that are the same on every device (the DistBase table)."""
-    return {session.i64(row.inputs[0]) for row in session.table("DistBase")}

@@ -76,9 +76,6 @@ class EGraphSession:
         )
         return stats
 
-    def table(self, name: str):
-        return self.egraph.freeze().functions[name].rows
-
     def frozen(self):
         return self.egraph.freeze()
 
