@@ -1,0 +1,18 @@
+"""Scalify: prove a distributed ML graph equivalent to its single-device baseline.
+
+`assert_equivalent` (see `scalify.api`) loads lazily: `import scalify` stays light for the CLI.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["assert_equivalent"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "assert_equivalent":
+        from .api import assert_equivalent
+
+        return assert_equivalent
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,123 @@
+"""The Python API for tests: `assert_equivalent(baseline_fn, parallel_fn, ...)`.
+
+Both callables are traced in this process on rank 0 of a fake process group (the same path
+as `scalify.capture.export`), lowered through the FX frontend and verified in-process, so a
+pytest test needs no launcher, no files and no devices. A failed proof raises
+`AssertionError` whose message is the text report, suspects and source lines included.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from .mesh import Mesh, parse_mesh
+from .relations import RelationsFile
+from .report.model import EQUIVALENT, Report
+
+__all__ = ["assert_equivalent", "check_equivalent", "fake_mesh"]
+
+
+def fake_mesh(spec: str = "tp=4") -> Any:
+    """A `DeviceMesh` over a fake process group of the mesh's size (this process is rank 0),
+    to parallelise a module with DTensor in a test. `spec` is a mesh such as `tp=4`."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from .capture.fx_trace import fake_process_group
+
+    mesh = parse_mesh(spec)
+    fake_process_group(mesh.size)
+    return init_device_mesh("cpu", tuple(n for _, n in mesh.axes), mesh_dim_names=mesh.names)
+
+
+def _mesh_of(mesh: Any) -> Mesh:
+    """A mesh string, a scalify Mesh, or a torch DeviceMesh (its dim names, else tp/dp...)."""
+    if isinstance(mesh, Mesh):
+        return mesh
+    if isinstance(mesh, str):
+        return parse_mesh(mesh)
+    shape = tuple(int(n) for n in getattr(mesh, "shape", ()))
+    if not shape:
+        raise TypeError(f"mesh must be a string such as 'tp=4' or a DeviceMesh, not {mesh!r}")
+    names = getattr(mesh, "mesh_dim_names", None) or (
+        ("tp",) if len(shape) == 1 else tuple(f"axis{i}" for i in range(len(shape)))
+    )
+    return parse_mesh(",".join(f"{k}={v}" for k, v in zip(names, shape, strict=True)))
+
+
+def _label(fn: Callable[..., Any], role: str) -> str:
+    name = getattr(fn, "__qualname__", None) or type(fn).__qualname__
+    return f"<{role} {name}>"
+
+
+def check_equivalent(
+    baseline_fn: Callable[..., Any],
+    parallel_fn: Callable[..., Any],
+    *,
+    mesh: Any,
+    example_inputs: Sequence[Any],
+    parallel_inputs: Sequence[Any] | None = None,
+    relations: Mapping[str, Any] | None = None,
+    rules: str | Path | None = None,
+) -> Report:
+    """Trace both callables and verify; returns the report whatever the verdict.
+
+    `baseline_fn(*example_inputs)` is the single-device program on global inputs.
+    `parallel_fn(*parallel_inputs)` is what rank 0 runs: a DTensor-parallelised module, or a
+    module calling functional collectives on its local shards; `parallel_inputs` defaults to
+    `example_inputs` (DTensor modules take the global, replicated input). Weights pair by
+    parameter name and their layouts are inferred from the shape ratios; `relations` may
+    state them as in a relations file (`{"inputs": {NAME: LAYOUT}, "outputs": [LAYOUT]}`),
+    outputs being required `replicate` otherwise.
+    """
+    from .canonicalize import canonicalize
+    from .capture.fx_trace import fake_process_group, trace
+    from .cli import default_rules_dir
+    from .compiler.compile import compile_rule_dir
+    from .frontends.fx import graph_from_fx
+    from .verify import verify_graphs
+
+    chosen = _mesh_of(mesh)
+    fake_process_group(chosen.size)
+    base_inputs = tuple(example_inputs)
+    dist_inputs = base_inputs if parallel_inputs is None else tuple(parallel_inputs)
+    base_label, dist_label = _label(baseline_fn, "baseline"), _label(parallel_fn, "parallel")
+    base = canonicalize(graph_from_fx(trace(baseline_fn, base_inputs), base_label))
+    dist = canonicalize(graph_from_fx(trace(parallel_fn, dist_inputs), dist_label))
+    given = None
+    if relations is not None:
+        outputs = relations.get("outputs")
+        given = RelationsFile(
+            "<relations>", None, dict(relations.get("inputs", {})), list(outputs or []) or None
+        )
+    compiled = compile_rule_dir(rules or default_rules_dir())
+    return verify_graphs(base, dist, compiled, chosen, given)
+
+
+def assert_equivalent(
+    baseline_fn: Callable[..., Any],
+    parallel_fn: Callable[..., Any],
+    *,
+    mesh: Any,
+    example_inputs: Sequence[Any],
+    parallel_inputs: Sequence[Any] | None = None,
+    relations: Mapping[str, Any] | None = None,
+    rules: str | Path | None = None,
+) -> Report:
+    """`check_equivalent`, raising AssertionError with the text report unless the verdict is
+    `equivalent` (pytest shows the suspects and their source lines). Returns the report."""
+    from .report import render
+
+    report = check_equivalent(
+        baseline_fn,
+        parallel_fn,
+        mesh=mesh,
+        example_inputs=example_inputs,
+        parallel_inputs=parallel_inputs,
+        relations=relations,
+        rules=rules,
+    )
+    if report.verdict != EQUIVALENT:
+        raise AssertionError("scalify: not proved equivalent\n" + render(report, "text"))
+    return report

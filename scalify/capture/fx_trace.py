@@ -1,0 +1,151 @@
+"""Trace a PyTorch callable (plain, functional collectives or DTensor) on one rank.
+
+Both sides of a comparison go through the same tracer, `make_fx`, so that composite ops
+(`matmul`, `linear`, `softmax`) decompose into the same ATen chains in the baseline and the
+distributed program; otherwise the two could reach one layout through different
+reshape/transpose chains, which the rules do not relate. `make_fx` holds a module's weights
+as anonymous constants, so they are renamed back to the module's parameter names (`fc1.weight`
+becomes input `fc1_weight`, as `torch.export` names it) and the placeholders get the names
+of the function's arguments: the baseline and the distributed program then pair by name.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+__all__ = ["as_exported", "fake_process_group", "refold_batched_matmuls", "trace"]
+
+_VIEWS = ("view", "_unsafe_view", "reshape")
+
+
+def fake_process_group(world: int) -> Any:
+    """The default group of a fake `world`-rank job, this process being rank 0 (no launcher:
+    collectives are recorded, never run). Reuses a live group of the same size."""
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    if dist.is_initialized():
+        if dist.get_world_size() != world:
+            raise RuntimeError(
+                f"a process group of {dist.get_world_size()} ranks already exists; "
+                f"the mesh needs {world}"
+            )
+        return dist.group.WORLD
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
+    return dist.group.WORLD
+
+
+def _argument_names(fn: Callable[..., Any], count: int) -> list[str]:
+    """The names of `fn`'s first `count` positional parameters (`input{i}` when unknown)."""
+    target = fn.forward if isinstance(fn, nn.Module) else fn
+    try:
+        params = [
+            p.name
+            for p in inspect.signature(target).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
+    except (TypeError, ValueError):
+        params = []
+    if len(params) < count:
+        params += [f"input{i}" for i in range(len(params), count)]
+    return params[:count]
+
+
+def _local(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.to_local() if hasattr(tensor, "to_local") else tensor
+
+
+def trace(fn: Callable[..., Any], example_inputs: Sequence[Any]) -> torch.fx.GraphModule:
+    """`fn(*example_inputs)` traced with `make_fx` (stack traces kept), weights as named
+    parameters, placeholders named after `fn`'s arguments."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    inputs = tuple(example_inputs)
+    gm = make_fx(fn, record_stack_traces=True)(*inputs)
+    names: dict[int, str] = {}
+    if isinstance(fn, nn.Module):
+        for name, tensor in [*fn.named_parameters(), *fn.named_buffers()]:
+            names.setdefault(_local(tensor).data_ptr(), name.replace(".", "_"))
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if all(isinstance(x, torch.Tensor) for x in inputs) and len(placeholders) == len(inputs):
+        for node, name in zip(placeholders, _argument_names(fn, len(inputs)), strict=True):
+            node.name = node.target = name
+    taken: set[str] = set()
+    for node in gm.graph.nodes:
+        if node.op != "get_attr":
+            continue
+        tensor = getattr(gm, node.target)
+        name = names.get(tensor.data_ptr()) if isinstance(tensor, torch.Tensor) else None
+        if name is None or name in taken:
+            continue  # a constant the program made itself: a literal or an anonymous input
+        taken.add(name)
+        gm.register_parameter(name, nn.Parameter(tensor.detach().clone(), requires_grad=False))
+        delattr(gm, node.target)
+        node.target = name
+    refold_batched_matmuls(gm)
+    gm.graph.lint()
+    gm.recompile()
+    return gm
+
+
+def _aten(node: Any, *names: str) -> bool:
+    packet = getattr(node.target, "overloadpacket", None)
+    return node.op == "call_function" and getattr(packet, "__name__", "") in names
+
+
+def _unmerged(node: Any) -> Any:
+    """The tensor a `bmm` operand was merged from: `view(clone(expand(x)))` with the expand
+    and the clone optional and the expand changing no size; None for any other form."""
+    if not _aten(node, *_VIEWS):
+        return None
+    source = node.args[0]
+    if _aten(source, "clone"):
+        source = source.args[0]
+    if _aten(source, "expand"):
+        if list(source.args[0].meta["val"].shape) != list(source.meta["val"].shape):
+            return None  # a real broadcast (e.g. shared key/value heads): keep it as traced
+        source = source.args[0]
+    return source
+
+
+def refold_batched_matmuls(gm: torch.fx.GraphModule) -> int:
+    """Put back the `torch.matmul` of operands with two or more batch dims that `make_fx`
+    decomposed into `view(bmm(view(a), view(b)))`, the batch dims merged into one.
+
+    The merge is the problem: with the heads of attention sharded, heads are the inner factor
+    of the merged batch dim, which no layout describes, so the rules cannot follow q @ k^T
+    through it even though the result is split back at once. One dot with several batch
+    dims is what XLA and `torch.export` produce for the same code. Returns how many were
+    refolded; the graph still computes the same values."""
+    count = 0
+    for node in list(gm.graph.nodes):
+        if not _aten(node, "bmm") or len(node.users) != 1:
+            continue
+        (out,) = node.users
+        if not _aten(out, *_VIEWS) or "val" not in out.meta:
+            continue
+        lhs, rhs = _unmerged(node.args[0]), _unmerged(node.args[1])
+        shape = list(out.meta["val"].shape)
+        if lhs is None or rhs is None or len(shape) < 4:
+            continue
+        a, b = list(lhs.meta["val"].shape), list(rhs.meta["val"].shape)
+        if not (len(a) == len(b) == len(shape) and a[:-2] == b[:-2] == shape[:-2]):
+            continue
+        with gm.graph.inserting_before(out):
+            matmul = gm.graph.call_function(torch.ops.aten.matmul.default, (lhs, rhs))
+        matmul.meta = dict(out.meta)
+        out.replace_all_uses_with(matmul)
+        count += 1
+    if count:
+        gm.graph.eliminate_dead_code()
+    return count
+
+
+def as_exported(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
+    """A traced graph module as an ExportedProgram (what `torch.export.save` writes)."""
+    return torch.export.export(gm, tuple(example_inputs))
