@@ -7,6 +7,7 @@ marked definite, the rest say that a rule may be missing.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from scalify.ir import COLLECTIVES, Graph, Node
@@ -218,10 +219,20 @@ def _explain(node: Node, dist: Graph, proven: Proven, mesh: Mesh) -> tuple[str, 
             "it, so it only matches the identical baseline op on identical operands",
             False,
         )
-    operands = ", ".join(_layouts_text(lays) for lays in operand_layouts)
+    texts = [
+        "literal" if _is_literal(dist.node(o), dist) else _layouts_text(lays)
+        for o, lays in zip(node.operands, operand_layouts, strict=True)
+    ]
+    if node.op in ELEMENTWISE and set(texts) <= {"replicate", "literal"} and "literal" in texts:
+        return (
+            f"{node.op} of a complete value and a literal gives a value the baseline never "
+            "computes: check the constant against the baseline's (a scale by the wrong "
+            "group size, or a wrong constant)",
+            False,
+        )
     return (
-        f"no rule relates {node.op}({operands}) to a node of the baseline: the baseline "
-        "computes no such value, or a rule is missing",
+        f"no rule relates {node.op}({', '.join(texts)}) to a node of the baseline: the "
+        "baseline computes no such value, or a rule is missing",
         False,
     )
 
@@ -244,7 +255,7 @@ def frontier(
     an empty set when that finds nothing, so a replicated value that differs from the
     baseline is still localised."""
     findings = []
-    needed = _feeding_outputs(dist)
+    needed = _feeding_outputs(dist, lambda n: related(n, dist, proven, replicated))
     for node in dist.nodes.values():
         if node.op == "parameter" or node.id not in needed:
             continue  # an alternative form (graph.equalities) that the program never uses
@@ -258,10 +269,13 @@ def frontier(
     return findings
 
 
-def _feeding_outputs(graph: Graph) -> set[int]:
+def _feeding_outputs(graph: Graph, is_related: Callable[[int], bool]) -> set[int]:
+    """The nodes an output reaches through unrelated nodes. A related node's operands were
+    consumed by the rule that related it (`b / tp` inside a bias shared out before the
+    all-reduce), so nothing behind it is where an output went wrong."""
     needed = set(graph.outputs)
     for node in reversed(list(graph.nodes.values())):
-        if node.id in needed:
+        if node.id in needed and not is_related(node.id):
             needed.update(node.operands)
     return needed
 

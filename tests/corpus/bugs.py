@@ -196,6 +196,123 @@ def b30_body(x: Array, g: Array, *, bug: bool = False) -> Array:
     return x * lax.rsqrt(ss / (x.shape[-1] * TP) + EPS) * g
 
 
+# B04: a shared expert's partial sum never reduced, added to the reduced routed experts.
+def moe_routed(x: Array, wr: Array, w1: Array, w2: Array) -> Array:
+    """Dense (one-hot/einsum) MoE: every expert on every token, weighted by its gate."""
+    gates = jax.nn.softmax(x @ wr, axis=-1)  # [tokens, experts]
+    h = gelu(jnp.einsum("th,ehf->etf", x, w1))
+    return jnp.einsum("te,etf,efh->th", gates, h, w2)
+
+
+def b04_base(x: Array, wr: Array, w1: Array, w2: Array, ws1: Array, ws2: Array) -> Array:
+    return moe_routed(x, wr, w1, w2) + gelu(x @ ws1) @ ws2
+
+
+def b04_body(
+    x: Array, wr: Array, w1: Array, w2: Array, ws1: Array, ws2: Array, *, bug: bool = False
+) -> Array:
+    routed = lax.psum(moe_routed(x, wr, w1, w2), "tp")  # TP inside every expert
+    shared = gelu(x @ ws1) @ ws2  # partial: this device's ffn slice of the shared expert
+    if bug:
+        return routed + shared  # BUG: B04
+    return routed + lax.psum(shared, "tp")
+
+
+# B08: the row-parallel bias shared out as b/tp; its gradient must stay the full sum of g.
+def b08_base(x: Array, w: Array, b: Array, g: Array) -> tuple[Array, Array]:
+    return x @ w + b, jnp.sum(g, axis=0)
+
+
+def b08_body(x: Array, w: Array, b: Array, g: Array, *, bug: bool = False) -> tuple[Array, Array]:
+    y = lax.psum(x @ w + b / TP, "tp")  # forward fix: each rank adds its share of b
+    if bug:
+        return y, jnp.sum(g, axis=0) / TP  # BUG: B08
+    return y, jnp.sum(g, axis=0)  # the bias gradient is not divided: b is replicated
+
+
+# B10: dgamma of a norm over sequence-sharded tokens is never all-reduced.
+def rms_hat(x: Array) -> Array:
+    return x * lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + EPS)
+
+
+def b10_base(x: Array, g: Array) -> Array:
+    return jnp.sum(g * rms_hat(x), axis=0)
+
+
+def b10_body(x: Array, g: Array, *, bug: bool = False) -> Array:
+    # x, g: this device's tokens (sequence-sharded over the tp x sp axis)
+    if bug:
+        return jnp.sum(g * rms_hat(x), axis=0)  # BUG: B10
+    return lax.psum(jnp.sum(g * rms_hat(x), axis=0), "tp")
+
+
+# B11: an SP-replicated RMSNorm weight: output sequence-sharded, weight gradient partial.
+def b11_base(x: Array, gamma: Array, g: Array) -> tuple[Array, Array]:
+    return rms_hat(x) * gamma, jnp.sum(g * rms_hat(x), axis=(0, 1))
+
+
+def b11_body(x: Array, gamma: Array, g: Array, *, bug: bool = False) -> tuple[Array, Array]:
+    y = rms_hat(x) * gamma  # x: [seq/tp, batch, hidden], gamma replicated over tp
+    # the weight gradient sums over this rank's tokens only: a partial sum over tp
+    if bug:
+        return y, jnp.sum(g * rms_hat(x), axis=(0, 1))  # BUG: B11
+    return y, lax.psum(jnp.sum(g * rms_hat(x), axis=(0, 1)), "tp")
+
+
+# B12: the hidden-state gradient of a vocab-parallel LM head is a partial sum, used unreduced.
+def b12_base(dlogits: Array, w: Array) -> Array:
+    return dlogits @ w
+
+
+def b12_body(dlogits: Array, w: Array, *, bug: bool = False) -> Array:
+    # dlogits: this rank's vocab columns; w: its vocab rows. The product is a partial sum
+    # (placement P) that must be all-reduced, not labelled replicated (R).
+    if bug:
+        return dlogits @ w  # BUG: B12
+    return lax.psum(dlogits @ w, "tp")
+
+
+# B13: backward of an all-gather of tokens across expert ranks: a slice instead of a
+# reduce-scatter (each rank's gradient holds only its own experts' contributions).
+def b13_base(dy: Array, w: Array) -> Array:
+    return jnp.einsum("eth,egh->tg", dy, w)
+
+
+def b13_body(dy: Array, w: Array, *, bug: bool = False) -> Array:
+    dx = jnp.einsum("eth,egh->tg", dy, w)  # partial: this rank's experts
+    n = dx.shape[0] // TP
+    if bug:
+        return lax.dynamic_slice_in_dim(dx, rank() * n, n, 0)  # BUG: B13
+    return lax.psum_scatter(dx, "tp", scatter_dimension=0, tiled=True)
+
+
+# B19: a gradient norm where TP-sharded gradients are counted on rank 0 only.
+def b19_base(g: Array, r: Array) -> Array:
+    return jnp.sum(g * g) + jnp.sum(r * r)
+
+
+def b19_body(g: Array, r: Array, *, bug: bool = False) -> Array:
+    tp_part = jnp.sum(g * g)  # g: this rank's shard of a TP-sharded gradient
+    rest = jnp.sum(r * r)  # r: a replicated (non-TP) gradient, counted once: on rank 0
+    if bug:
+        local = jnp.where(rank() == 0, tp_part + rest, 0.0)  # BUG: B19
+    else:
+        local = tp_part + jnp.where(rank() == 0, rest, 0.0)
+    return lax.psum(local, "tp")
+
+
+# B20: data-parallel gradients averaged by the size of the wrong group.
+def b20_base(x: Array, dy: Array) -> Array:
+    return (x.T @ dy) / 2
+
+
+def b20_body(x: Array, dy: Array, *, bug: bool = False) -> Array:
+    g = lax.psum(x.T @ dy, "dp")  # x, dy: this dp replica's tokens
+    if bug:
+        return g / TP  # BUG: B20
+    return g / 2  # the dp group has 2 replicas
+
+
 TP_MESH = {"tp": TP}
 DP_TP_MESH = {"dp": 2, "tp": TP}
 F32, BF16 = "float32", "bfloat16"
@@ -364,5 +481,115 @@ ENTRIES: list[dict] = [
         "baseline": b30_base,
         "body": b30_body,
         "bug": "the all-reduced sum of squares divided by the local hidden size",
+    },
+    {
+        "id": "B04",
+        "title": "Shared expert left as a partial sum under attention DP",
+        "link": "https://github.com/vllm-project/tpu-inference/pull/3435",
+        "bug_class": "wrong collective",
+        "mesh": TP_MESH,
+        "args": {
+            "x": ((8, 16), (), F32),
+            "wr": ((16, 4), (), F32),
+            "w1": ((4, 16, 32), (None, None, "tp"), F32),
+            "w2": ((4, 32, 16), (None, "tp", None), F32),
+            "ws1": ((16, 32), (None, "tp"), F32),
+            "ws2": ((32, 16), ("tp", None), F32),
+        },
+        "out_spec": (),
+        "baseline": b04_base,
+        "body": b04_body,
+        "bug": "the shared expert's tp-partial output is added without an all-reduce",
+    },
+    {
+        "id": "B08",
+        "title": "Row-parallel bias: forward scaling and backward gradient both wrong",
+        "link": "https://github.com/pytorch/torchtitan/pull/4332",
+        "bug_class": "wrong configuration",
+        "mesh": TP_MESH,
+        "args": {**ROW_PARALLEL, "b": ((16,), (), F32), "g": ((8, 16), (), F32)},
+        "out_specs": [(), ()],
+        "baseline": b08_base,
+        "body": b08_body,
+        "bug": "the replicated bias's gradient divided by tp like its forward share",
+    },
+    {
+        "id": "B10",
+        "title": "Missing dgamma all-reduce along the sequence-parallel axis",
+        "link": "https://github.com/NVIDIA/TransformerEngine/pull/2230",
+        "bug_class": "wrong collective",
+        "mesh": TP_MESH,
+        "args": {"x": ((16, 32), ("tp", None), F32), "g": ((16, 32), ("tp", None), F32)},
+        "out_spec": (),
+        "baseline": b10_base,
+        "body": b10_body,
+        "bug": "dgamma summed over this rank's tokens only, never all-reduced",
+    },
+    {
+        "id": "B11",
+        "title": "SP-replicated norm weights: gradient never all-reduced over TP",
+        "link": "https://github.com/NVIDIA/Megatron-LM/issues/1446",
+        "bug_class": "wrong collective",
+        "mesh": TP_MESH,
+        "args": {
+            "x": ((16, 2, 32), ("tp", None, None), F32),
+            "gamma": ((32,), (), F32),
+            "g": ((16, 2, 32), ("tp", None, None), F32),
+        },
+        "out_specs": [("tp", None, None), ()],
+        "baseline": b11_base,
+        "body": b11_body,
+        "bug": "the norm weight's gradient is this rank's partial sum, not all-reduced",
+    },
+    {
+        "id": "B12",
+        "title": "TP gradient with P placement labelled R (chunked CE loss)",
+        "link": "https://github.com/pytorch/torchtitan/pull/3412",
+        "bug_class": "wrong collective",
+        "mesh": TP_MESH,
+        "args": {"dlogits": ((8, 64), (None, "tp"), F32), "w": ((64, 16), ("tp", None), F32)},
+        "out_spec": (),
+        "baseline": b12_base,
+        "body": b12_body,
+        "bug": "the vocab-parallel hidden-state gradient is used without its all-reduce",
+    },
+    {
+        "id": "B13",
+        "title": "Backward of an EP all-gather: slice instead of reduce-scatter",
+        "link": "https://github.com/NVIDIA-NeMo/Automodel/pull/1260",
+        "bug_class": "wrong collective",
+        "mesh": TP_MESH,
+        "args": {
+            "dy": ((8, 16, 32), ("tp", None, None), F32),
+            "w": ((8, 16, 32), ("tp", None, None), F32),
+        },
+        "out_spec": ("tp", None),
+        "baseline": b13_base,
+        "body": b13_body,
+        "bug": "the token gradient is sliced per rank instead of reduce-scattered",
+    },
+    {
+        "id": "B19",
+        "title": "Grad norm counts only TP rank 0's gradients",
+        "link": "https://github.com/deepspeedai/DeepSpeed/pull/5411",
+        "bug_class": "wrong configuration",
+        "mesh": TP_MESH,
+        "args": {"g": ((16, 32), (None, "tp"), F32), "r": ((32,), (), F32)},
+        "out_spec": (),
+        "baseline": b19_base,
+        "body": b19_body,
+        "bug": "TP-sharded gradients treated as replicated: counted on rank 0 only",
+    },
+    {
+        "id": "B20",
+        "title": "Expert gradients scaled by the wrong group size",
+        "link": "https://github.com/deepspeedai/DeepSpeed/pull/5259",
+        "bug_class": "wrong configuration",
+        "mesh": DP_TP_MESH,
+        "args": {"x": ((8, 16), ("dp", None), F32), "dy": ((8, 16), ("dp", None), F32)},
+        "out_spec": (),
+        "baseline": b20_base,
+        "body": b20_body,
+        "bug": "the dp-summed gradient averaged over the expert group's size (4), not dp's (2)",
     },
 ]

@@ -28,12 +28,22 @@ METADATA = (
     "bug_class",
     "mesh",
     "out_spec",
+    "out_specs",
     "bug",
     "expected_fixed",
     "why_unknown",
     "expected_buggy",
     "why_missed",
 )
+
+
+def out_specs(entry: dict):
+    """`out_spec` for one output; `out_specs` (a list of specs) for a tuple of outputs."""
+    from jax.sharding import PartitionSpec as P
+
+    if "out_specs" in entry:
+        return tuple(P(*spec) for spec in entry["out_specs"])
+    return P(*entry["out_spec"])
 
 
 def export_all(out_dir: Path, only: set[str] | None = None) -> list[dict]:
@@ -63,7 +73,7 @@ def export_all(out_dir: Path, only: set[str] | None = None) -> list[dict]:
                     partial(entry["body"], bug=bug),
                     mesh=mesh,
                     in_specs=tuple(P(*spec) for _, spec, _ in entry["args"].values()),
-                    out_specs=P(*entry["out_spec"]),
+                    out_specs=out_specs(entry),
                     check_vma=False,
                 )
             )
