@@ -7,6 +7,7 @@ noise. Every rewrite is an identity, so the graph's meaning is unchanged.
 
 from __future__ import annotations
 
+from .all_to_all import fold_tiled_all_to_all
 from .ir import Graph, Node
 
 
@@ -119,6 +120,7 @@ def _decompose_reshape(node: Node, operand: Node, next_id: int) -> list[Node]:
 def canonicalize(graph: Graph) -> Graph:
     """Drop identity ops, fold reshape chains, split reshapes into merge/split steps, and
     prune what no output uses."""
+    fold_tiled_all_to_all(graph)
     _fold(graph)
     _index_arithmetic(graph)
     next_id = max(graph.nodes, default=-1) + 1

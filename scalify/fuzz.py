@@ -32,7 +32,7 @@ from .simulate.spmd import compare_output, distribute, random_input, run_baselin
 UNARY = sorted(ELEMENTWISE_UNARY - {"convert"})
 BINARY = sorted(ELEMENTWISE_BINARY)
 LOGICAL = {"and", "or", "xor", "not"}
-COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter")
+COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 MESHES = (
     (("tp", 2),),
     (("tp", 3),),
@@ -242,6 +242,11 @@ def _collective_shape(node: Node, shape, mesh: Mesh):
         shape[node.attrs["dim"]] *= size
     elif node.op == "reduce_scatter":
         shape[node.attrs["dim"]] //= size
+    elif node.op == "all_to_all":
+        if shape[node.attrs["split_dim"]] % size:
+            raise NotSimulable("all_to_all split dim not divisible by the group")
+        shape[node.attrs["split_dim"]] //= size
+        shape[node.attrs["concat_dim"]] *= size
     return tuple(shape)
 
 
@@ -509,10 +514,11 @@ def _convert(b: _Builder) -> int:
 
 
 def _collective(b: _Builder, op: str) -> int:
-    rank = int(b.rng.integers(1, 3))
-    x = b.input(
-        tuple(b.size() for _ in range(rank)), "f32", b.operand_layout(0, rank, b.layout(rank))
-    )
+    rank = int(b.rng.integers(2 if op == "all_to_all" else 1, 4 if op == "all_to_all" else 3))
+    shape = [b.size() for _ in range(rank)]
+    if op == "all_to_all":  # every dim stays divisible by any group after any sharding
+        shape = [n * b.unit for n in shape]
+    x = b.input(tuple(shape), "f32", b.operand_layout(0, rank, b.layout(rank)))
     names = b.mesh.names
     roll = b.rng.random()
     if roll < 0.35:
@@ -525,9 +531,12 @@ def _collective(b: _Builder, op: str) -> int:
         axes = ()
     groups = b.mesh.groups(axes) if axes else _odd_groups(b.mesh, b.rng)
     attrs: dict = {"groups": groups, "_axes": ",".join(axes)}
-    if op != "all_gather":
+    if op not in ("all_gather", "all_to_all"):
         attrs["op"] = "sum" if b.rng.random() < 0.8 else "max"
-    if op != "all_reduce":
+    if op == "all_to_all":
+        attrs["split_dim"] = int(b.rng.integers(rank))
+        attrs["concat_dim"] = int(b.rng.integers(rank))
+    elif op != "all_reduce":
         attrs["dim"] = int(b.rng.integers(rank))
         if op == "reduce_scatter" and b.dist[x].shape[attrs["dim"]] % max(
             1, math.prod(b.mesh.axis_size(a) for a in axes)

@@ -313,6 +313,26 @@ def b20_body(x: Array, dy: Array, *, bug: bool = False) -> Array:
     return g / 2  # the dp group has 2 replicas
 
 
+# B32: Ulysses all-to-all output reshaped with the batch-first shape of a sibling branch.
+def self_attend(t: Array) -> Array:
+    """Per-head softmax self-attention over the whole sequence; t: (seq, batch, heads, dim)."""
+    scores = jnp.einsum("sbnd,tbnd->bnst", t, t)
+    return jnp.einsum("bnst,tbnd->sbnd", jax.nn.softmax(scores, axis=-1), t)
+
+
+def b32_base(x: Array) -> Array:
+    return self_attend(x)
+
+
+def b32_body(x: Array, *, bug: bool = False) -> Array:
+    # x: this device's sequence slice, all heads; attention needs all of the sequence
+    t = lax.all_to_all(x, "tp", split_axis=2, concat_axis=0, tiled=True)  # (s, b, n/P, d)
+    if bug:
+        t = t.reshape(t.shape[1], t.shape[0], *t.shape[2:]).swapaxes(0, 1)  # BUG: B32
+    o = self_attend(t)  # the local heads over the whole sequence
+    return lax.all_to_all(o, "tp", split_axis=0, concat_axis=2, tiled=True)
+
+
 TP_MESH = {"tp": TP}
 DP_TP_MESH = {"dp": 2, "tp": TP}
 F32, BF16 = "float32", "bfloat16"
@@ -591,5 +611,18 @@ ENTRIES: list[dict] = [
         "baseline": b20_base,
         "body": b20_body,
         "bug": "the dp-summed gradient averaged over the expert group's size (4), not dp's (2)",
+    },
+    {
+        "id": "B32",
+        "title": "Ulysses all-to-all output reshaped with the wrong shape",
+        "link": "https://github.com/deepspeedai/DeepSpeed/pull/8317",
+        "bug_class": "layout",
+        "mesh": TP_MESH,
+        "args": {"x": ((16, 2, 8, 4), ("tp", None, None, None), F32)},
+        "out_spec": ("tp", None, None, None),
+        "baseline": b32_base,
+        "body": b32_body,
+        "bug": "the all-to-all output viewed as (batch, seq) and swapped back: same size, "
+        "wrong order",
     },
 ]
