@@ -47,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--mesh", help="device mesh, e.g. tp=8 or dp=2,tp=4 (default: from the graph)"
     )
     verify.add_argument("--relations", help="JSON file with input/output layouts")
-    verify.add_argument("--format", choices=["text", "json", "sarif"], default="text")
+    verify.add_argument("--format", choices=["text", "json", "sarif", "html"], default="text")
     verify.add_argument("-o", "--output", help="write the report to this file")
     verify.add_argument(
         "--max-rounds",

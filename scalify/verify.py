@@ -23,6 +23,7 @@ from .frontends import load_graph
 from .ir import Graph
 from .layout import canonical, layout_str, local_shape
 from .mesh import Mesh, parse_mesh
+from .neighbourhood import neighbourhood
 from .partition import (
     cut_points,
     merge_segments,
@@ -46,6 +47,9 @@ PARTITION_MIN_NODES = 400
 # A partitioned proof that fails is redone on the whole graph up to this size, so the
 # report sees every relation (a segment sees only its own).
 WHOLE_GRAPH_RETRY_NODES = 3000
+# Suspects that get a neighbourhood picture (the report stays small on large failures).
+PICTURED_SUSPECTS = 10
+PROGRESS_BAR, PROGRESS_LINE = 30, 79  # progress bar cells; widest line drawn
 
 
 @dataclass
@@ -92,6 +96,8 @@ def verify_graphs(
     proof = None
     if limits.partition:
         proof = prove_partitioned(base, dist, rules.program(), mesh, inputs, limits)
+        if limits.progress:  # erase the bar, whichever way the partitioned proof ended
+            print("\r" + " " * PROGRESS_LINE + "\r", end="", file=sys.stderr, flush=True)
     proof = proof or prove(base, dist, rules.program(), mesh, inputs, limits)
     stats = proof.stats
     timings["prove"] = time.perf_counter() - start
@@ -247,12 +253,7 @@ def prove_partitioned(
     i = j = 0
     while i < len(base_segs) and j < len(dist_segs):
         if limits.progress:
-            print(
-                f"\rscalify: segment {j + 1}/{len(dist_segs)} ({total.memo_hits} reused)",
-                end="",
-                file=sys.stderr,
-                flush=True,
-            )
+            _show_progress(j, len(dist_segs), total.memo_hits)
         first_failure = None
         for take_base, take_dist in ((1, 1), (1, 2), (2, 1)):
             if i + take_base > len(base_segs) or j + take_dist > len(dist_segs):
@@ -286,11 +287,17 @@ def prove_partitioned(
                 return None  # small enough: localise in the whole graph, not one segment
             total.failed = first_failure
             return total
-    if limits.progress:
-        print("\r" + " " * 60 + "\r", end="", file=sys.stderr, flush=True)
     if i < len(base_segs) or j < len(dist_segs):
         return None
     return total
+
+
+def _show_progress(done: int, total: int, reused: int) -> None:
+    """A bar redrawn in place on one stderr line (the CLI asks for it only on a terminal)."""
+    filled = PROGRESS_BAR * done // max(total, 1)
+    bar = "#" * filled + "." * (PROGRESS_BAR - filled)
+    text = f"scalify: [{bar}] segment {done + 1}/{total} ({reused} reused)"
+    print("\r" + text[:PROGRESS_LINE], end="", file=sys.stderr, flush=True)
 
 
 def _accumulate(total: Proof, proof: Proof) -> None:
@@ -340,11 +347,18 @@ def _decide(base: Graph, dist: Graph, mesh: Mesh, outputs: list[Relation], proof
         where_dist, where_base, where.relations, mesh, where.replicated
     ) or frontier(where_dist, where_base, where.relations, mesh, set())
     suspects = [_suspect(f.node, f.reason, f.operands) for f in findings]
+    for suspect, f in zip(suspects[:PICTURED_SUSPECTS], findings, strict=False):
+        suspect.neighbourhood = neighbourhood(
+            f.node.id, where_dist, where_base, where.relations, where.replicated
+        )
     definite = any(f.definite for f in findings)
     for rel, layouts in failing:
         if layouts and not findings:
             node = dist.node(rel.dist_id)
             suspects.append(_suspect(node, output_mismatch(node, rel.layout, layouts), []))
+            suspects[-1].neighbourhood = neighbourhood(
+                node.id, dist, base, proof.relations, proof.replicated
+            )
             definite = True
     return results, suspects, definite
 

@@ -9,6 +9,31 @@ EQUIVALENT, NOT_EQUIVALENT, UNKNOWN = "equivalent", "not_equivalent", "unknown"
 
 
 @dataclass
+class PictureNode:
+    """One box of a suspect's neighbourhood picture: enough to draw it in any format."""
+
+    id: int
+    name: str
+    op: str
+    shape: str  # dtype[dims], e.g. f32[8,64]
+    operands: list[int]  # ids of this node's operands that are shown too (the edges)
+    role: str  # distributed: suspect, operand, user, nearby; baseline: related, context
+    relation: str = ""  # how the node is tied to the other graph, in words
+    line: int = 0
+
+
+@dataclass
+class Neighbourhood:
+    """The distributed nodes around a suspect and the baseline nodes they correspond to, so
+    a reader can compare the two sides. Bounded (see scalify/neighbourhood.py)."""
+
+    distributed: list[PictureNode]
+    baseline: list[PictureNode]
+    baseline_basis: str  # how the baseline nodes were chosen, in words
+    hidden: int = 0  # nodes within reach that were left out to keep the picture small
+
+
+@dataclass
 class Suspect:
     """A distributed node where agreement with the baseline breaks."""
 
@@ -20,6 +45,7 @@ class Suspect:
     reason: str
     operands: list[str] = field(default_factory=list)
     framework_op: str = ""
+    neighbourhood: Neighbourhood | None = None
 
 
 @dataclass
