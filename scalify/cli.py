@@ -79,6 +79,15 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--relations")
     sim.add_argument("--seed", type=int, default=0)
 
+    capture = commands.add_parser(
+        "capture", help="run a torch-xla model and write baseline/distributed HLO for verify"
+    )
+    capture.add_argument("function", help="distributed program, MODULE:FUNCTION")
+    capture.add_argument("--baseline", required=True, help="baseline program, MODULE:FUNCTION")
+    capture.add_argument("--mesh", required=True, help="device mesh, e.g. tp=4")
+    capture.add_argument("-o", "--out", required=True, help="folder to write the files to")
+    capture.add_argument("--python", help="torch-xla interpreter (default: $SCALIFY_XLA_PYTHON)")
+
     rules = commands.add_parser("rules", help="work with rule files")
     rule_commands = rules.add_subparsers(dest="rules_command", required=True, parser_class=_Parser)
     lint = rule_commands.add_parser("lint", help="compile rules, check goldens, run cases")
@@ -155,6 +164,16 @@ def _simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _capture(args: argparse.Namespace) -> int:
+    from .capture.xla import torch_xla
+
+    done = torch_xla(args.function, args.baseline, mesh=args.mesh, out=args.out, python=args.python)
+    seconds = ", ".join(f"{role} {s}s" for role, s in done.seconds.items())
+    print(f"wrote {done.baseline}, {done.distributed}, {done.relations} ({seconds})")
+    print(f"next: {done.verify_command()}")
+    return 0
+
+
 def _lint(args: argparse.Namespace) -> int:
     from .lint import lint_rules
 
@@ -188,6 +207,8 @@ def main(argv: list[str] | None = None) -> int:
             return _verify(args)
         if args.command == "simulate":
             return _simulate(args)
+        if args.command == "capture":
+            return _capture(args)
         if args.rules_command == "lint":
             return _lint(args)
         return _compile(args)
