@@ -62,10 +62,8 @@ class Context:
         self.rank = rank
         self.distributed = distributed
         self.world_size = 1
-        for _, size in mesh:
+        for _, size in mesh if distributed else ():
             self.world_size *= size
-        if not distributed:
-            self.world_size = 1
         self.coords: dict[str, int] = {}
         rest = rank
         for name, size in reversed(mesh):
@@ -83,11 +81,8 @@ class Context:
         names = [n for n, _ in self.axes]
         sizes = [s for _, s in self.axes]
         k = names.index(axis)
-        stride = 1
-        for s in sizes[k + 1 :]:
-            stride *= s
         groups: dict[tuple[int, ...], list[int]] = {}
-        for rank in range(self.world_size if self.distributed else 1):
+        for rank in range(self.world_size):
             rest, coords = rank, []
             for size in reversed(sizes):
                 coords.append(rest % size)
@@ -275,8 +270,9 @@ def annotate(text: str, proto: bytes, names: dict[int, str], root: str | None) -
                 meta = f"{meta} stack_frame_id={frame_of[name]}"
             line = head + meta + "}" + line[m.end() :]
         out.append(line)
-    header, *rest = out
-    return "\n".join([header, "", table_text.rstrip("\n"), *rest]) + "\n" if table_text else text
+    if table_text:  # after the `HloModule` line, where JAX prints them
+        out[1:1] = ["", table_text.rstrip("\n")]
+    return "\n".join(out) + "\n"
 
 
 def run(role: str, spec: str, mesh: list[tuple[str, int]], rank: int, root: str | None):
@@ -296,7 +292,7 @@ def run(role: str, spec: str, mesh: list[tuple[str, int]], rank: int, root: str 
     proto = torch_xla._XLAC._get_xla_tensors_hlo_proto(outputs)
     relations = {
         "mesh": ",".join(f"{n}={s}" for n, s in mesh),
-        "inputs": {n: ctx.inputs[n] for n in names.values()},
+        "inputs": {n: layout for n, layout in ctx.inputs.items() if n in names.values()},
         "outputs": [ctx.output_layouts.get(id(t), "replicate") for t in outputs],
     }
     return annotate(text, proto, names, root), relations
