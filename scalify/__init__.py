@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["assert_equivalent"]
+__all__ = ["assert_equivalent", "capture"]
 
 
 def __getattr__(name: str) -> Any:
@@ -15,4 +15,8 @@ def __getattr__(name: str) -> Any:
         from .api import assert_equivalent
 
         return assert_equivalent
+    if name == "capture":  # `scalify.capture.export(...)` after a bare `import scalify`
+        import importlib
+
+        return importlib.import_module(".capture", __name__)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
