@@ -1,5 +1,5 @@
-"""Scale benchmark: full-size Llama-3.1 decoder stacks and the ratios that show reasoning cost
-does not grow with shapes or the parallel degree.
+"""Scale benchmark: full-size Llama-3.1 and Mixtral decoder stacks and the ratios that show
+reasoning cost does not grow with shapes or the parallel degree.
 
     python bench/run.py [--quick] [--out bench/results.json]
 
@@ -47,6 +47,28 @@ def export_llama(out: Path, config: str, tp: int, layers: int | None = None, seq
     return out
 
 
+def export_mixtral(out: Path, config: str, ep: int, tp: int) -> Path:
+    subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "examples/mixtral/export.py"),
+            "--out",
+            str(out),
+            "--config",
+            config,
+            "--ep",
+            str(ep),
+            "--tp",
+            str(tp),
+            "--bugs",
+            "none",
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return out
+
+
 def export_mlp(out: Path, tp: int, hidden: int, ffn: int) -> Path:
     subprocess.run(
         [
@@ -69,11 +91,11 @@ def export_mlp(out: Path, tp: int, hidden: int, ffn: int) -> Path:
     return out
 
 
-def _verify_child(folder: str, queue) -> None:
+def _verify_child(folder: str, distributed: str, queue) -> None:
     from scalify.verify import verify_files
 
     start = time.perf_counter()
-    report = verify_files(f"{folder}/baseline.hlo", f"{folder}/tp.hlo", REPO / "rules")
+    report = verify_files(f"{folder}/baseline.hlo", f"{folder}/{distributed}", REPO / "rules")
     total = time.perf_counter() - start
     seconds = report.stats["seconds"]
     queue.put(
@@ -91,10 +113,10 @@ def _verify_child(folder: str, queue) -> None:
     )
 
 
-def measure(folder: Path) -> dict:
+def measure(folder: Path, distributed: str = "tp.hlo") -> dict:
     context = multiprocessing.get_context("spawn")
     queue = context.Queue()
-    child = context.Process(target=_verify_child, args=(str(folder), queue))
+    child = context.Process(target=_verify_child, args=(str(folder), distributed, queue))
     child.start()
     result = queue.get()
     child.join()
@@ -103,20 +125,33 @@ def measure(folder: Path) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="8B only, small ratio graphs")
+    parser.add_argument("--quick", action="store_true", help="8B and 8x7B only, small ratio graphs")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results.json")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="scalify-bench-"))
     models = []
-    configs = (
-        [("llama-3.1-8b", "8b", 8)]
-        if args.quick
-        else [("llama-3.1-8b", "8b", 8), ("llama-3.1-70b", "70b", 8), ("llama-3.1-405b", "405b", 8)]
-    )
-    for name, config, tp in configs:
-        folder = export_llama(tmp / name, config, tp)
-        result = measure(folder)
-        models.append({"name": name, "config": f"{config}, tp={tp}, decoder layers", **result})
+    llama = [("llama-3.1-8b", "8b"), ("llama-3.1-70b", "70b"), ("llama-3.1-405b", "405b")]
+    mixtral = [("mixtral-8x7b", "8x7b"), ("mixtral-8x22b", "8x22b")]
+    runs = [
+        (
+            name,
+            f"{config}, tp=8, decoder layers",
+            lambda n=name, c=config: export_llama(tmp / n, c, 8),
+            "tp.hlo",
+        )
+        for name, config in (llama[:1] if args.quick else llama)
+    ] + [
+        (
+            name,
+            f"{config}, ep=2 x tp=4, decoder layers",
+            lambda n=name, c=config: export_mixtral(tmp / n, c, 2, 4),
+            "ep.hlo",
+        )
+        for name, config in (mixtral[:1] if args.quick else mixtral)
+    ]
+    for name, config, export, distributed in runs:
+        result = measure(export(), distributed)
+        models.append({"name": name, "config": config, **result})
         print(
             f"{name:16s} {result['verdict']:14s} {result['seconds']:7.2f} s  load "
             f"{result['load_seconds']:5.2f}  verify {result['verify_seconds']:5.2f}  "
@@ -153,7 +188,7 @@ def main() -> int:
         top, bottom = verify_time(numerator()), verify_time(denominator())
         ratios[ratio] = round(top / max(bottom, 1e-6), 2)
         print(f"{ratio:20s} {ratios[ratio]:6.2f}  ({top:.3f} s / {bottom:.3f} s)", flush=True)
-    biggest = models[-1]
+    biggest = max(models, key=lambda m: m["seconds"])
     ratios["total_over_parse"] = round(biggest["seconds"] / max(biggest["load_seconds"], 1e-6), 2)
     print(f"{'total_over_parse':20s} {ratios['total_over_parse']:6.2f}  ({biggest['name']})")
     args.out.write_text(json.dumps({"models": models, "ratios": ratios}, indent=2) + "\n")

@@ -472,12 +472,15 @@ def _slice_at_coordinate(b: _Builder) -> int:
     rank = int(b.rng.integers(1, 3))
     shape = [b.size() for _ in range(rank)]
     d = int(b.rng.integers(rank))
-    shape[d] = b.unit * n * int(b.rng.integers(1, 3))
+    unit_slices = b.rng.random() < 0.3  # one entry per device: the offset is the coordinate
+    shape[d] = n * (
+        int(b.rng.integers(1, 3)) if unit_slices else b.unit * int(b.rng.integers(1, 3))
+    )
     layout = () if b.rng.random() < 0.7 else b.layout(rank)
     x = b.input(tuple(shape), "f32", layout)
     local = b.dist[x].shape[d]
     k = max(1, local // n)
-    if local % k:
+    if 0 in b.dist[x].shape or local % k:
         raise NotSimulable("slice size does not divide the dim")
     pid = b.dist_only("rank_index", (), (), "u32", {"kind": "partition"})
     s = b.dist_only("constant", (), (), "u32", {"value": str(maybe_wrong(stride))})
@@ -485,8 +488,11 @@ def _slice_at_coordinate(b: _Builder) -> int:
     m = b.dist_only("constant", (), (), "u32", {"value": str(maybe_wrong(n))})
     r = b.dist_only("rem", (q, m), (), "u32", {})
     c = b.dist_only("convert", (r,), (), "s32", {})
-    step = b.dist_only("constant", (), (), "s32", {"value": str(maybe_wrong(k))})
-    offset = b.dist_only("mul", (c, step), (), "s32", {})
+    if unit_slices and k == 1:
+        offset = c
+    else:
+        step = b.dist_only("constant", (), (), "s32", {"value": str(maybe_wrong(k))})
+        offset = b.dist_only("mul", (c, step), (), "s32", {})
     size = list(b.dist[x].shape)
     size[d] = k
     out = b.dist_only(

@@ -179,6 +179,14 @@ def _explain(node: Node, dist: Graph, proven: Proven, mesh: Mesh) -> tuple[str, 
             True,
         )
     shards = [p for lays in operand_layouts[:1] for lay in lays for p in lay if p.kind == "shard"]
+    if node.op == "reduce" and any(p.dim in node.attrs["dims"] for p in shards):
+        axis = next(p.axis for p in shards if p.dim in node.attrs["dims"])
+        return (
+            f"reduce over dims {list(node.attrs['dims'])} covers a dim split over {axis}: each "
+            f"device reduces only its own block, a value the baseline never computes (a "
+            f"reduction over all of the dim needs an all-reduce over {axis} here)",
+            False,
+        )
     if node.op == "split" and any(p.dim == node.attrs["dim"] for p in shards):
         return (
             f"reshape splits the sharded dim {node.attrs['dim']} so that its inner part has "
@@ -262,11 +270,77 @@ def frontier(
         if related(node.id, dist, proven, replicated):
             continue
         if all(related(o, dist, proven, replicated) for o in node.operands):
+            findings += _same_everywhere_sources(node, dist, base, proven, replicated, findings)
             reason, definite = _explain(node, dist, proven, mesh)
             operands = [describe(o, dist, base, proven) for o in node.operands]
             findings.append(Finding(node, reason, definite, operands))
     findings.sort(key=lambda f: not f.definite)
     return findings
+
+
+def _same_everywhere_sources(
+    node: Node, dist: Graph, base: Graph, proven: Proven, replicated: set[int], found
+) -> list[Finding]:
+    """Operands of `node` that are the same on every device yet equal to no baseline value,
+    when another operand is sharded over an axis: the device's own part was probably meant
+    (a slice without the device offset). The earliest such op is the suspect, ahead of
+    `node` where the mismatch shows."""
+    split = [
+        p.axis
+        for o in node.operands
+        for lay, _ in proven.get(o, ())
+        for p in lay
+        if p.kind == "shard"
+    ]
+    if not split:
+        return []
+    known = {f.node.id for f in found}
+    out = []
+    for operand in node.operands:
+        origin = _first_unproven_replicated(operand, dist, proven, replicated)
+        if origin is None or origin.id in known:
+            continue
+        known.add(origin.id)
+        out.append(
+            Finding(
+                origin,
+                f"{origin.op} gives every device the same value, but it meets a value split "
+                f"over {split[0]} at `{node.name}`: each device's own part was probably meant "
+                "(a slice or index without the device's offset)",
+                False,
+                [describe(o, dist, base, proven) for o in origin.operands],
+            )
+        )
+    return out
+
+
+def _first_unproven_replicated(
+    node_id: int, dist: Graph, proven: Proven, replicated: set[int]
+) -> Node | None:
+    """Walking back through values that are replicated but equal to no baseline value, the
+    earliest one (in graph order) whose operands are all outside that region; None if
+    `node_id` is not such a value."""
+
+    def inside(i: int) -> bool:
+        return (
+            i not in proven
+            and i in replicated
+            and not _is_literal(dist.node(i), dist)
+            and i not in _rank_derived(dist)
+        )
+
+    if not inside(node_id):
+        return None
+    region, stack = set(), [node_id]
+    while stack:
+        i = stack.pop()
+        if i in region:
+            continue
+        region.add(i)
+        stack += [o for o in dist.node(i).operands if inside(o)]
+    order = {i: k for k, i in enumerate(dist.nodes)}
+    roots = [i for i in region if not any(o in region for o in dist.node(i).operands)]
+    return dist.node(min(roots, key=order.__getitem__))
 
 
 def _feeding_outputs(graph: Graph, is_related: Callable[[int], bool]) -> set[int]:

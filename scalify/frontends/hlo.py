@@ -1134,7 +1134,11 @@ class _Lowering:
         if opcode in _COLLECTIVES:
             return self.collective(ins, vals, loc, fop)
         if not isinstance(shape, _Array):
-            return self.opaque(ins, vals, loc, fop)
+            extra = None
+            if opcode == "topk":  # kept opaque for rules, but the simulator can run it
+                k = _ints(self.attr(ins, "k") or "")
+                extra = {"k": k[0] if k else 0, "largest": self.attr(ins, "largest") != "false"}
+            return self.opaque(ins, vals, loc, fop, extra)
         operands = tuple(vals)
 
         canonical = _ELEMENTWISE.get(opcode)

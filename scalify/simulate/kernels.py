@@ -237,7 +237,20 @@ def apply(node: Node, args: list[np.ndarray], operand_dtypes: list[str]) -> np.n
         ]
         index = tuple(slice(s, s + size) for s, size in zip(starts, sizes, strict=True))
         return args[0][index]
+    if op == "opaque" and node.attrs.get("hlo_op") == "topk":
+        return _top_k(node, args[0])
     raise NotSimulable(
         f"no numeric semantics for `{op}`"
         + (f" ({node.attrs.get('hlo_op')})" if op == "opaque" else "")
     )
+
+
+def _top_k(node: Node, x: np.ndarray) -> np.ndarray:
+    """One result of HLO `topk` along the last dim: values (tuple index 0) or their indices
+    (1). Ties keep the lower index first, as XLA's sort-based lowering does."""
+    k = int(node.attrs["k"])
+    keys = -x if node.attrs.get("largest", True) else x
+    order = np.argsort(keys, axis=-1, kind="stable")[..., :k]
+    if tuple(node.attrs.get("tuple_index", (0,))) == (1,):
+        return host(order, node.dtype)
+    return np.take_along_axis(x, order, axis=-1)
