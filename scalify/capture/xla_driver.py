@@ -146,7 +146,10 @@ def load_function(spec: str) -> Any:
     else:
         sys.path.insert(0, os.getcwd())
         module = importlib.import_module(module_name)
-    return getattr(module, function)
+    found = getattr(module, function, None)
+    if not callable(found):
+        raise SystemExit(f"scalify capture: {module_name} has no function {function!r}")
+    return found
 
 
 # ---- the module proto's stack frame index (protobuf wire format, decoded by hand)
@@ -335,6 +338,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     import torch_xla
 
+    load_function(args.function)  # a missing module or function fails here, not on every rank
     torch_xla.launch(_rank_main, args=(args.function, mesh, str(out), root))
     ranks = out / ".ranks"
     first = (ranks / "rank0.hlo").read_text()
