@@ -161,7 +161,9 @@ def main() -> int:
         )
 
     def verify_time(folder: Path) -> float:
-        return measure(folder)["verify_seconds"]
+        """The fastest of three verifications: a ratio of small times is otherwise mostly
+        the noise of whatever else the machine is doing."""
+        return min(measure(folder)["verify_seconds"] for _ in range(3))
 
     ratios = {}
     pairs = {
