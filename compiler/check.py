@@ -34,6 +34,7 @@ from .signatures import (
     LAYOUTS,
     OP_ARITY,
     OP_ATTRS,
+    RESCALED,
     SPLAT,
     VALUE_FUNCTIONS,
 )
@@ -206,16 +207,31 @@ class RuleChecker:
                 layout.span,
                 "`spread` only constrains operands in `where`; a rewrite states `shard(d, a)`",
             )
-        if layout.name in ("shard", "spread"):
+        if layout.name in ("shard", "spread", "rescaled_shard"):
             self._dim_arg(args[0], info, binding)
-        if layout.name == "partial":
+        if layout.name in ("partial", "rescaled_partial"):
             self._string_arg(args[0], info, binding)
+        if layout.name in RESCALED:
+            self._rescale_args(args[2:], info, binding)
         if layout.name != "replicate":
-            axis = args[-1]
+            axis = args[1] if layout.name in RESCALED else args[-1]
             if binding:
                 self._bind(axis, AXIS, info)
             else:
                 self._require_bound(axis, info, AXIS)
+
+    def _rescale_args(self, args: list[Value], info: RuleInfo, binding: bool) -> None:
+        """`g, f, dims` of a rescaled layout: a baseline variable, a distributed one (the
+        per-device shift), and the dims string."""
+        shift, local, dims = args
+        for value, role in ((shift, BASE), (local, DIST)):
+            if not isinstance(value, Var):
+                raise self.fail(_span(value), f"expected {_article(role)} variable")
+            if binding:
+                self._bind(value, role, info)
+            else:
+                self._require_bound(value, info, role)
+        self._string_arg(dims, info, binding)
 
     def _dim_arg(self, value: Value, info: RuleInfo, binding: bool) -> None:
         if binding and isinstance(value, Var):

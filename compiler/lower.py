@@ -21,6 +21,7 @@ from .signatures import (
     COORD,
     DIM_FUNCTIONS,
     OP_ATTRS,
+    RESCALED,
     SPLAT,
     VALUE_FUNCTIONS,
 )
@@ -43,6 +44,7 @@ class _Lowering:
     info: RuleInfo
     query: list[str] = field(default_factory=list)
     aliases: dict[str, str] = field(default_factory=dict)
+    in_query: set[str] = field(default_factory=set)  # baseline variables already in the query
     keys: dict[int, str] = field(default_factory=dict)  # id(App) -> key var
     key_of_op: dict[str, str] = field(default_factory=dict)  # op name -> key var
     counter: int = 0
@@ -129,15 +131,25 @@ class _Lowering:
         elif isinstance(clause, Equation):
             self.query.append(f"(= {self.dim(clause.lhs)} {self.dim(clause.rhs)})")
 
+    def alias(self, base: str, dist: str) -> None:
+        """`base` is `dist` itself; when `base` is already bound, say that they are equal."""
+        if base in self.aliases or base in self.in_query:
+            self.query.append(f"(= {dist} {self.var(base)})")
+        else:
+            self.aliases[base] = dist
+
     def relation(self, clause: Relation) -> None:
         dist = self.var(clause.dist.name)
         layout = clause.layout
         if isinstance(layout, Var):  # replicate
             self.query.append(f"(Base {dist})")
-            self.aliases[clause.base.name] = dist
+            self.alias(clause.base.name, dist)
         elif layout.name == "invariant":
             self.query.append(f"(Inv {dist} {self.string(layout.args[0])})")
-            self.aliases[clause.base.name] = dist
+            self.alias(clause.base.name, dist)
+        elif layout.name in RESCALED:
+            self.query.append(f"(= {dist} {self.layout_term(self.var(clause.base.name), layout)})")
+            self.in_query.update({clause.base.name, layout.args[2].name})
         elif layout.name == "shard" or (
             layout.name == "spread" and self.spread_choice(clause) == "shard"
         ):
@@ -145,19 +157,21 @@ class _Lowering:
             self.query.append(
                 f"(= {dist} (Shard {self.var(clause.base.name)} {self.dim(d)} {self.string(a)}))"
             )
+            self.in_query.add(clause.base.name)
         elif layout.name == "spread" and self.spread_choice(clause) == "free":
             d, a = layout.args
             self.query.append(f"(FreeAlong {dist} {self.dim(d)} {self.string(a)})")
-            self.aliases[clause.base.name] = dist
+            self.alias(clause.base.name, dist)
         elif layout.name == "spread":  # a scalar fill is the same along every dim
             self.query.append(f"(= {dist} (Splat {self.fresh('c')} {self.fresh('dt')}))")
-            self.aliases[clause.base.name] = dist
+            self.alias(clause.base.name, dist)
         else:
             op, a = layout.args
             self.query.append(
                 f"(= {dist} (Partial {self.var(clause.base.name)} {self.string(op)} "
                 f"{self.string(a)}))"
             )
+            self.in_query.add(clause.base.name)
 
     def build(self, value: Value) -> str:
         """An action expression building `value` (baseline side of a rewrite)."""
@@ -186,6 +200,12 @@ class _Lowering:
         if layout.name == "partial":
             op, a = layout.args
             return f"(Partial {inner} {self.string(op)} {self.string(a)})"
+        if layout.name in RESCALED:
+            first, a, shift, local, dims = layout.args
+            kind = "shard" if layout.name == "rescaled_shard" else "partial"
+            placed = self.layout_term(inner, App(kind, (), (first, a), layout.span))
+            factor = f"{self.var(shift.name)} {self.var(local.name)} {self.string(dims)}"
+            return f"(Rescaled {placed} {factor})"
         raise AssertionError(f"layout {layout.name} is only valid in `where`")
 
 

@@ -16,7 +16,10 @@ OP_ATTRS: dict[str, dict[str, str]] = {
     "reduce_scatter": {"dim": "I", "op": "S", "axes": "S"},
     "all_to_all": {"dim": "I", "split_dim": "I", "concat_dim": "I", "axes": "S"},
     "collective_permute": {"axes": "S"},
-    "reduce": {"op": "S"},
+    "reduce": {"op": "S", "kept": "S", "kept_out": "S"},
+    "mul": {"all_dims": "S"},
+    "broadcast": {"dims": "S"},
+    "dot": {"lhs_batch": "S", "batch_out": "S"},
     "compare": {"direction": "S"},
     "concatenate": {"dim": "I"},
     "slice_at": {"dim": "I", "size": "I", "parts": "I"},
@@ -50,7 +53,18 @@ SPLAT = "splat"
 
 # `spread(d, a)` (only in `where`): a real shard on d over a, or a value that is the same along
 # d on every device (a scalar fill, a broadcast of an axis-invariant value along a new dim).
-LAYOUTS: dict[str, int] = {"shard": 2, "spread": 2, "partial": 2, "invariant": 1, "replicate": 0}
+LAYOUTS: dict[str, int] = {
+    "shard": 2,
+    "spread": 2,
+    "partial": 2,
+    "invariant": 1,
+    "replicate": 0,
+    # shard(d, a) / partial(op, a) of t, times exp(g - f) broadcast along the dims `dims`
+    # names: (d or op, a, g, f, dims), g a baseline term, f a per-device distributed value
+    "rescaled_shard": 5,
+    "rescaled_partial": 5,
+}
+RESCALED = frozenset({"rescaled_shard", "rescaled_partial"})
 
 # Bare names that are constants, not variables, where a string is expected.
 CONSTANT_NAMES = frozenset({"sum", "max", "min", "prod", "float", "int", "pred"})

@@ -538,7 +538,8 @@ def _collective(b: _Builder, op: str) -> int:
     groups = b.mesh.groups(axes) if axes else _odd_groups(b.mesh, b.rng)
     attrs: dict = {"groups": groups, "_axes": ",".join(axes)}
     if op not in ("all_gather", "all_to_all"):
-        attrs["op"] = "sum" if b.rng.random() < 0.8 else "max"
+        roll = b.rng.random()
+        attrs["op"] = "sum" if roll < 0.7 else "max" if roll < 0.85 else "min"
     if op == "all_to_all":
         attrs["split_dim"] = int(b.rng.integers(rank))
         attrs["concat_dim"] = int(b.rng.integers(rank))

@@ -17,7 +17,7 @@ from .mesh import Mesh
 
 @dataclass(frozen=True, order=True)
 class Placement:
-    kind: str  # "shard" | "partial"
+    kind: str  # "shard" | "partial" | "rescaled" (times exp(g - f) along dims `op`)
     axis: str
     dim: int = -1
     op: str = "sum"
@@ -25,6 +25,8 @@ class Placement:
     def __str__(self) -> str:
         if self.kind == "shard":
             return f"shard({self.dim}, {self.axis})"
+        if self.kind == "rescaled":
+            return f"rescaled(exp(max - local max) along dims {self.op or 'none'})"
         return f"partial({self.op}, {self.axis})"
 
 

@@ -1,4 +1,5 @@
-"""Export the flash-decoding step as HLO: the baseline, the correct body, one file a bug.
+"""Export the flash-decoding step as HLO: the baseline, the correct body, one file a bug;
+the same for the split-KV (m, l, o) combine (`split_baseline.hlo`, `split*.hlo`).
 
 Usage: python examples/flash_decoding/export.py --out DIR [--tp 4] [--batch 2] [--heads 4]
        [--seq 64] [--head-dim 8]
@@ -23,14 +24,17 @@ def export_all(
     from jax.sharding import PartitionSpec as P
 
     sys.path.insert(0, str(HERE))
-    from model import BUGS, attention, flash_decode
+    from model import BUGS, SPLIT_BUGS, attention, flash_decode, scaled_attention, split_decode
 
     kv = (batch, heads, seq, head_dim)
     args = [((batch, heads, head_dim), P()), (kv, P(None, None, "tp")), (kv, P(None, None, "tp"))]
     mesh = jax.make_mesh((tp,), ("tp",))
-    return write_hlo(
+    written = write_hlo(
         out_dir, shard_map_variants(mesh, attention, flash_decode, args, P(), "fd", BUGS)
     )
+    split = shard_map_variants(mesh, scaled_attention, split_decode, args, P(), "split", SPLIT_BUGS)
+    split["split_baseline"] = split.pop("baseline")
+    return {**written, **write_hlo(out_dir, split)}
 
 
 def main() -> None:

@@ -14,6 +14,9 @@ from jax import Array, lax
 
 Bug = Literal["local_max_only", "denominator_not_reduced"]
 BUGS: tuple[Bug, ...] = ("local_max_only", "denominator_not_reduced")
+SplitBug = Literal["base2_weights", "max_scaled_twice", "rescale_numerator_only"]
+SPLIT_BUGS: tuple[SplitBug, ...] = ("base2_weights", "max_scaled_twice", "rescale_numerator_only")
+SCALE = 0.125  # the softmax scale, 1/sqrt(head_dim)
 
 
 def attention(q: Array, k: Array, v: Array) -> Array:
@@ -35,3 +38,30 @@ def flash_decode(q: Array, k: Array, v: Array, *, bug: Bug | None = None) -> Arr
         return numerator / jnp.sum(p, axis=-1)[..., None]  # BUG: denominator_not_reduced
     denominator = lax.psum(jnp.sum(p, axis=-1), "tp")  # the sum over the whole sequence
     return numerator / denominator[..., None]
+
+
+def scaled_attention(q: Array, k: Array, v: Array) -> Array:
+    """Baseline of the split form: softmax(SCALE * q.k) @ v."""
+    return attention(q * SCALE, k, v)
+
+
+def split_decode(q: Array, k: Array, v: Array, *, bug: SplitBug | None = None) -> Array:
+    """The split-KV combine: each device runs attention on its chunk with its own max (the
+    (m, l, o) a flash-decoding kernel returns), then the chunks are rescaled to the global
+    max and summed."""
+    s = jnp.einsum("bhd,bhsd->bhs", q * SCALE, k)
+    m = jnp.max(s, axis=-1)  # this chunk's max
+    p = jnp.exp(s - m[..., None])
+    o = jnp.einsum("bhs,bhsd->bhd", p, v)  # unnormalised, relative to this chunk's max
+    total = jnp.sum(p, axis=-1)
+    g = lax.pmax(m, "tp")  # the global max
+    if bug == "base2_weights":
+        w = jnp.exp2(m - g)  # BUG: base2_weights
+    elif bug == "max_scaled_twice":
+        w = jnp.exp(m * SCALE - g)  # BUG: max_scaled_twice
+    else:
+        w = jnp.exp(m - g)  # rescale this chunk from its max to the global one
+    numerator = lax.psum(o * w[..., None], "tp")
+    if bug == "rescale_numerator_only":
+        return numerator / lax.psum(total, "tp")[..., None]  # BUG: rescale_numerator_only
+    return numerator / lax.psum(total * w, "tp")[..., None]

@@ -38,6 +38,9 @@ def _relations(session: EGraphSession, functions) -> dict[int, set[tuple[Layout,
             row.inputs[2],
         )
 
+    for row in functions["LRescaled"].rows:
+        pending[row.output] = ("rescaled", session.string(row.inputs[0]), "", row.inputs[1])
+
     def decode(value, depth: int = 0) -> Layout:
         if value in layouts and layouts[value] == ("nil",):
             return ()
@@ -45,6 +48,8 @@ def _relations(session: EGraphSession, functions) -> dict[int, set[tuple[Layout,
         inner = decode(rest, depth + 1)
         if kind == "shard":
             return inner + (Placement("shard", b, dim=a),)
+        if kind == "rescaled":
+            return inner + (Placement("rescaled", "", op=a),)
         return inner + (Placement("partial", b, op=a),)
 
     result: dict[int, set[tuple[Layout, int]]] = defaultdict(set)

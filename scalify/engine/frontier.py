@@ -98,6 +98,13 @@ def _explain(node: Node, dist: Graph, proven: Proven, mesh: Mesh) -> tuple[str, 
                 True,
             )
         partial = _partial_axes(operand_layouts[0])
+        if any(p.kind == "rescaled" for lay in operand_layouts[0] for p in lay):
+            return (
+                f"{node.op} over {axes} sums per-chunk values that are each still relative "
+                "to their chunk's own max (split-KV form): each must be multiplied by "
+                "exp(chunk max - global max) before the sum, and on this path it is not",
+                True,
+            )
         if node.op in ("all_reduce", "reduce_scatter"):
             if not partial and operand_layouts[0]:
                 scale = 1
@@ -133,6 +140,9 @@ def _explain(node: Node, dist: Graph, proven: Proven, mesh: Mesh) -> tuple[str, 
         "reshape",
         "concatenate",
     )
+    rescale = _rescale_exponent(node, dist, operand_layouts)
+    if rescale:
+        return rescale, False
     if ("max" in partial_ops or "min" in partial_ops) and not moves_data:
         op = "max" if "max" in partial_ops else "min"
         axis = partial_ops[op]
@@ -245,6 +255,31 @@ def _explain(node: Node, dist: Graph, proven: Proven, mesh: Mesh) -> tuple[str, 
     )
 
 
+def _rescale_exponent(node: Node, dist: Graph, operand_layouts: list[list[Layout]]) -> str:
+    """A chunk's own max and the global max meeting outside the split-KV rescale
+    exp(f - g) that a rule would have consumed: name what differs."""
+    maxes = [
+        i
+        for i, lays in enumerate(operand_layouts)
+        if any(p.kind == "partial" and p.op == "max" for lay in lays for p in lay)
+    ]
+    if not maxes or len(node.operands) != 2:
+        return ""
+    other = node.operands[1 - maxes[0]]
+    if node.op == "sub" and maxes == [0] and operand_layouts[1] == [()]:
+        return (
+            "the chunk's own max minus the global max, the exponent of a split-KV rescale, "
+            "is not used as exp(f - g) on the chunk's results (another base, a scale, or the "
+            "wrong operand order?)"
+        )
+    if node.op in ("mul", "div") and _is_literal(dist.node(other), dist):
+        return (
+            f"{node.op} of a chunk's own max (partial max) by a constant: the max enters the "
+            "split-KV rescale exp(f - g) as it is; is it scaled twice?"
+        )
+    return ""
+
+
 def _groups_text(groups) -> str:
     return "{" + ",".join("{" + ",".join(map(str, g)) + "}" for g in groups) + "}"
 
@@ -271,6 +306,7 @@ def frontier(
             continue
         if all(related(o, dist, proven, replicated) for o in node.operands):
             findings += _same_everywhere_sources(node, dist, base, proven, replicated, findings)
+            findings += _unrescaled_shift(node, dist, base, proven, findings)
             reason, definite = _explain(node, dist, proven, mesh)
             operands = [describe(o, dist, base, proven) for o in node.operands]
             findings.append(Finding(node, reason, definite, operands))
@@ -312,6 +348,53 @@ def _same_everywhere_sources(
             )
         )
     return out
+
+
+def _rescaled(node_id: int, proven: Proven) -> bool:
+    return any(p.kind == "rescaled" for lay, _ in proven.get(node_id, ()) for p in lay)
+
+
+def _unrescaled_shift(
+    node: Node, dist: Graph, base: Graph, proven: Proven, found: list[Finding]
+) -> list[Finding]:
+    """A collective summing chunks shifted by their own max, in code that never rescales by
+    exp(f - g) anywhere: the global max was meant at the shift itself, which is the suspect
+    (ahead of the collective, which is named too)."""
+    if node.op not in COLLECTIVES or not node.operands or not _rescaled(node.operands[0], proven):
+        return []
+    origin = dist.node(node.operands[0])
+    while True:
+        earlier = [o for o in origin.operands if _rescaled(o, proven)]
+        if not earlier:
+            break
+        origin = dist.node(earlier[0])
+    shift = _chunk_shift(origin, dist)
+    if shift is None or origin.id in {f.node.id for f in found}:
+        return []
+    users = dist.memo("users", Graph.users)
+    if any(dist.node(u).op != "broadcast" for u in users.get(shift, [])):
+        return []  # the chunk max is used elsewhere too (a rescale): blame the collective
+    return [
+        Finding(
+            origin,
+            f"{origin.op} of scores shifted by each device's own max (partial max) and never "
+            "rescaled: a max all-reduce is missing before the shift (use the global max), or "
+            "rescale each chunk by exp(chunk max - global max) before the sum",
+            True,
+            [describe(o, dist, base, proven) for o in origin.operands],
+        )
+    ]
+
+
+def _chunk_shift(node: Node, dist: Graph) -> int | None:
+    """f in exp(s - broadcast(f)), or None."""
+    if node.op != "exp":
+        return None
+    sub = dist.node(node.operands[0])
+    if sub.op != "sub":
+        return None
+    shifted = dist.node(sub.operands[1])
+    return shifted.operands[0] if shifted.op == "broadcast" else None
 
 
 def _first_unproven_replicated(

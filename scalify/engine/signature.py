@@ -118,7 +118,12 @@ def node_signature(
         sig.attrs_s["from_class"] = dtype_class(operands[0].dtype)
         sig.attrs_s["widens"] = "yes" if _widens(operands[0].dtype, node.dtype) else "no"
         parts.append("from=" + operands[0].dtype)
+    if node.op == "mul":
+        sig.attrs_s["all_dims"] = _ints(range(len(node.shape)))
     if node.op == "dot":
+        batch = a.get("lhs_batch", ())
+        sig.attrs_s["lhs_batch"] = _ints(batch)
+        sig.attrs_s["batch_out"] = _ints(range(len(batch)))  # where the batch dims land
         parts += [
             f"lb={_ints(a.get('lhs_batch', ()))}",
             f"rb={_ints(a.get('rhs_batch', ()))}",
@@ -128,8 +133,12 @@ def node_signature(
     elif node.op == "reduce":
         parts += [f"dims={_ints(a['dims'])}", f"op={a['op']}"]
         sig.attrs_s["op"] = a["op"]
+        kept = [d for d in range(ranks[0]) if d not in a["dims"]]
+        sig.attrs_s["kept"] = _ints(kept)
+        sig.attrs_s["kept_out"] = _ints(range(len(kept)))  # where the kept dims land
     elif node.op == "broadcast":
         parts.append(f"dims={_ints(a['dims'])}")
+        sig.attrs_s["dims"] = _ints(a["dims"])
         parts.append(f"rank={len(node.shape)}")
         if shape_free_broadcast:
             sig.attrs_s["sizes"] = "free"

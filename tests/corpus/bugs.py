@@ -17,6 +17,7 @@ from jax import Array, lax
 
 TP = 4
 EPS = 1e-5
+SOFTMAX_SCALE = 0.125
 
 
 def gelu(x: Array) -> Array:
@@ -25,6 +26,24 @@ def gelu(x: Array) -> Array:
 
 def rank() -> Array:
     return lax.axis_index("tp")
+
+
+# B01: vocab-parallel cross-entropy run on logits that were already gathered. Only the
+# log-sum-exp term is reproduced: it is where the bug lives (the target-logit term needs a
+# masked gather, for which Scalify has no rule yet).
+def b01_base(h: Array, w: Array) -> Array:
+    z = h @ w  # (tokens, vocab)
+    m = jnp.max(z, axis=-1)
+    return m + jnp.log(jnp.sum(jnp.exp(z - m[:, None]), axis=-1))
+
+
+def b01_body(h: Array, w: Array, *, bug: bool = False) -> Array:
+    # parallel_output=False: the output layer all-gathers the vocab-parallel logits
+    z = lax.all_gather(h @ w, "tp", axis=1, tiled=True)
+    m = lax.pmax(jnp.max(z, axis=-1), "tp")  # harmless: z is the same on every device
+    if bug:  # the vocab-parallel loss, which assumes one vocab shard per device
+        return m + jnp.log(lax.psum(jnp.sum(jnp.exp(z - m[:, None]), axis=-1), "tp"))  # BUG: B01
+    return m + jnp.log(jnp.sum(jnp.exp(z - m[:, None]), axis=-1))
 
 
 # B02: an already all-reduced activation is treated as a partial sum and reduced again.
@@ -333,12 +352,93 @@ def b32_body(x: Array, *, bug: bool = False) -> Array:
     return lax.all_to_all(o, "tp", split_axis=0, concat_axis=2, tiled=True)
 
 
+# B22-B24: split-KV decoding. Each device attends over its chunk of the KV cache with its own
+# max m and returns (m, o, l): o = exp(s - m) @ v and l = sum(exp(s - m)); the combine
+# rescales both to the global max g by exp(m - g) and sums.
+def decode_scores(q: Array, k: Array) -> Array:
+    return jnp.einsum("bhd,bhsd->bhs", q, k)
+
+
+def chunk_state(q: Array, k: Array, v: Array) -> tuple[Array, Array, Array]:
+    s = decode_scores(q, k)
+    m = jnp.max(s, axis=-1)
+    p = jnp.exp(s - m[..., None])
+    return m, jnp.einsum("bhs,bhsd->bhd", p, v), jnp.sum(p, axis=-1)
+
+
+def decode_base(q: Array, k: Array, v: Array) -> Array:
+    s = decode_scores(q, k)
+    p = jnp.exp(s - jnp.max(s, axis=-1, keepdims=True))
+    return jnp.einsum("bhs,bhsd->bhd", p, v) / jnp.sum(p, axis=-1)[..., None]
+
+
+def b22_body(q: Array, k: Array, v: Array, *, bug: bool = False) -> Array:
+    m, o, total = chunk_state(q, k, v)
+    g = lax.pmax(m, "tp")
+    if bug:
+        w = jnp.exp2(m - g)  # BUG: B22
+    else:
+        w = jnp.exp(m - g)  # the states are natural-log: weights are natural exps
+    return lax.psum(o * w[..., None], "tp") / lax.psum(total * w, "tp")[..., None]
+
+
+def b23_base(q: Array, k: Array, v: Array) -> Array:
+    return decode_base(q * SOFTMAX_SCALE, k, v)
+
+
+def b23_body(q: Array, k: Array, v: Array, *, bug: bool = False) -> Array:
+    m, o, total = chunk_state(q * SOFTMAX_SCALE, k, v)  # m is the max of scaled scores
+    g = lax.pmax(m, "tp")
+    if bug:
+        w = jnp.exp(m * SOFTMAX_SCALE - g)  # BUG: B23
+    else:
+        w = jnp.exp(m - g)
+    return lax.psum(o * w[..., None], "tp") / lax.psum(total * w, "tp")[..., None]
+
+
+def b24_base(q: Array, k: Array, v: Array, sink: Array) -> Array:
+    s = decode_scores(q, k)
+    m = jnp.max(s, axis=-1)
+    p = jnp.exp(s - m[..., None])
+    den = jnp.sum(p, axis=-1) + jnp.exp(sink - m)  # the sink logit enters the sum once
+    return jnp.einsum("bhs,bhsd->bhd", p, v) / den[..., None]
+
+
+def b24_body(q: Array, k: Array, v: Array, sink: Array, *, bug: bool = False) -> Array:
+    m, o, total = chunk_state(q, k, v)
+    g = lax.pmax(m, "tp")
+    w = jnp.exp(m - g)
+    if bug:
+        den = lax.psum((total + jnp.exp(sink - m)) * w, "tp")  # BUG: B24
+    else:
+        den = lax.psum(total * w, "tp") + jnp.exp(sink - g)
+    return lax.psum(o * w[..., None], "tp") / den[..., None]
+
+
 TP_MESH = {"tp": TP}
 DP_TP_MESH = {"dp": 2, "tp": TP}
 F32, BF16 = "float32", "bfloat16"
+SPLIT_KV = {
+    "q": ((2, 4, 8), (), F32),
+    "k": ((2, 4, 32, 8), (None, None, "tp", None), F32),
+    "v": ((2, 4, 32, 8), (None, None, "tp", None), F32),
+}
 ROW_PARALLEL = {"x": ((8, 32), (None, "tp"), F32), "w": ((32, 16), ("tp", None), F32)}
 
 ENTRIES: list[dict] = [
+    {
+        "id": "B01",
+        "title": "Vocab-parallel CE applied to already-gathered logits",
+        "link": "https://github.com/NVIDIA/Megatron-LM/issues/7452",
+        "bug_class": "wrong collective",
+        "mesh": TP_MESH,
+        "args": {"h": ((8, 16), (), F32), "w": ((16, 64), (None, "tp"), F32)},
+        "out_spec": (),
+        "baseline": b01_base,
+        "body": b01_body,
+        "bug": "the vocab-parallel log-sum-exp all-reduces the exp-sum of gathered logits: "
+        "the whole vocab is counted tp times",
+    },
     {
         "id": "B02",
         "title": "DP gather sums replicas that were already reduced",
@@ -624,5 +724,41 @@ ENTRIES: list[dict] = [
         "body": b32_body,
         "bug": "the all-to-all output viewed as (batch, seq) and swapped back: same size, "
         "wrong order",
+    },
+    {
+        "id": "B22",
+        "title": "Base-2 LSE fed to a natural-log merge (chunked prefix)",
+        "link": "https://github.com/sgl-project/sglang/issues/40903",
+        "bug_class": "split-KV combine",
+        "mesh": TP_MESH,
+        "args": SPLIT_KV,
+        "out_spec": (),
+        "baseline": decode_base,
+        "body": b22_body,
+        "bug": "chunk states in natural log weighted by base-2 exponentials in the merge",
+    },
+    {
+        "id": "B23",
+        "title": "Split-KV LSE scaled twice",
+        "link": "https://github.com/HKUSTDial/flash-sparse-attention/pull/106",
+        "bug_class": "split-KV combine",
+        "mesh": TP_MESH,
+        "args": SPLIT_KV,
+        "out_spec": (),
+        "baseline": b23_base,
+        "body": b23_body,
+        "bug": "the chunk max, already of scaled scores, is scaled again in the merge weight",
+    },
+    {
+        "id": "B24",
+        "title": "Attention-sink logit counted twice in the split-KV combine",
+        "link": "https://github.com/ROCm/rocm-libraries/issues/12227",
+        "bug_class": "split-KV combine",
+        "mesh": TP_MESH,
+        "args": {**SPLIT_KV, "sink": ((2, 4), (), F32)},
+        "out_spec": (),
+        "baseline": b24_base,
+        "body": b24_body,
+        "bug": "every chunk adds the sink to its own sum, so the combine counts it tp times",
     },
 ]
