@@ -3,13 +3,15 @@
     python bench/mutation.py [--jax]
 
 Sources: every rule case that must be proved, the bundled MLP example, and with --jax the
-MLP re-exported at tp = 2, 4, 8. Prints tried / differing / caught / wrongly proved per source
+MLP re-exported at tp = 2, 4, 8 plus the flash-decoding, sequence-parallel, Ulysses and
+Mixtral examples. Prints tried / differing / caught / wrongly proved per source
 and in total; exits 1 if any differing mutant was proved equivalent.
 """
 
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -23,6 +25,29 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from run import export_mlp  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
+# (name, export script, its arguments, (baseline file, distributed file)) for --jax
+EXAMPLES = [
+    (
+        "flash decoding split",
+        "examples/flash_decoding/export.py",
+        ["--tp", "2"],
+        ("split_baseline.hlo", "split.hlo"),
+    ),
+    (
+        "flash decoding",
+        "examples/flash_decoding/export.py",
+        ["--tp", "2"],
+        ("baseline.hlo", "fd.hlo"),
+    ),
+    ("ulysses sp=2", "examples/ulysses/export.py", ["--sp", "2"], ("baseline.hlo", "ulysses.hlo")),
+    ("sp tp=2", "examples/sp/export.py", ["--tp", "2"], ("baseline.hlo", "sp.hlo")),
+    (
+        "mixtral ep=2 tp=2",
+        "examples/mixtral/export.py",
+        ["--layers", "1", "--bugs", "none"],
+        ("baseline.hlo", "ep.hlo"),
+    ),
+]
 
 
 def main() -> int:
@@ -37,6 +62,14 @@ def main() -> int:
             out = tmp / f"tp{tp}"
             export_mlp(out, tp, 64, 256)
             sources += [(f"mlp tp={tp}", *rest) for _, *rest in hlo_pairs(out)]
+        for name, script, args_, files in EXAMPLES:
+            out = tmp / name
+            subprocess.run(
+                [sys.executable, str(REPO / script), "--out", str(out), *args_],
+                check=True,
+                capture_output=True,
+            )
+            sources += [(name, *rest) for _, *rest in hlo_pairs(out, *files)]
     total = MutationScore()
     print(f"{'source':60s} {'tried':>5s} {'diff':>5s} {'caught':>6s} {'wrong':>5s}")
     for name, base, dist, mesh, given in sources:

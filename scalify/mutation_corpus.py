@@ -27,8 +27,10 @@ def case_pairs(rules_dir: Path) -> Iterator[tuple[str, Graph, Graph, Mesh, Relat
             )
 
 
-def hlo_pairs(folder: Path) -> Iterator[tuple[str, Graph, Graph, Mesh, RelationsFile | None]]:
-    """baseline.hlo with tp.hlo in an exported example folder."""
-    base = load_graph(str(folder / "baseline.hlo"))
-    dist = load_graph(str(folder / "tp.hlo"))
-    yield str(folder / "tp.hlo"), base, dist, choose_mesh(None, dist, None), None
+def hlo_pairs(
+    folder: Path, baseline: str = "baseline.hlo", distributed: str = "tp.hlo"
+) -> Iterator[tuple[str, Graph, Graph, Mesh, RelationsFile | None]]:
+    """A baseline and a distributed HLO file of an exported example folder."""
+    base = load_graph(str(folder / baseline))
+    dist = load_graph(str(folder / distributed))
+    yield str(folder / distributed), base, dist, choose_mesh(None, dist, None), None
