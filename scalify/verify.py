@@ -23,6 +23,7 @@ from .frontends import load_graph
 from .ir import Graph
 from .layout import canonical, layout_str, local_shape
 from .mesh import Mesh, parse_mesh
+from .nearest import rules_for_op
 from .neighbourhood import neighbourhood
 from .partition import (
     cut_points,
@@ -110,6 +111,9 @@ def verify_graphs(
         proof = prove(base, dist, rules.program(), mesh, inputs, limits)
         stats = proof.stats
         results, suspects, definite = _decide(base, dist, mesh, outputs, proof)
+    for suspect in suspects:
+        if suspect.reason.startswith("no rule relates"):
+            suspect.nearest_rules = rules_for_op(suspect.op, len(suspect.operands), rules)
     timings["localise"] = time.perf_counter() - start
 
     notes = []

@@ -186,6 +186,12 @@ def _suspect(rank: int, s: Suspect, roots: list[Path]) -> str:
         + "</dl>"
         + f'<p class="reason">{escape(s.reason)}</p>'
         + (f"<h4>operands, as proven</h4><ul>{operands}</ul>" if operands else "")
+        + (
+            f"<p class='nearest'>rules over <code>{escape(s.op)}</code> (none applied to "
+            f"these operands): {escape(', '.join(s.nearest_rules))}</p>"
+            if s.nearest_rules
+            else ""
+        )
         + _snippet(s, roots)
         + (_pictures(s.neighbourhood, rank) if s.neighbourhood else "")
         + "</section>"

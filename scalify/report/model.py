@@ -46,6 +46,8 @@ class Suspect:
     operands: list[str] = field(default_factory=list)
     framework_op: str = ""
     neighbourhood: Neighbourhood | None = None
+    # for a suspect no rule explains: the rules whose pattern has this op at the top
+    nearest_rules: list[str] = field(default_factory=list)
 
 
 @dataclass

@@ -27,6 +27,11 @@ def render_text(report: Report) -> str:
             lines.append(f"     {s.reason}")
             for operand in s.operands:
                 lines.append(f"     operand {operand}")
+            if s.nearest_rules:
+                lines.append(
+                    f"     rules over `{s.op}` (none applied to these operands): "
+                    + ", ".join(s.nearest_rules)
+                )
     if report.counterexample:
         lines.append(f"counterexample: {report.counterexample}")
     lines += [f"note: {n}" for n in report.notes]
