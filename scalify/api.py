@@ -51,6 +51,19 @@ def _label(fn: Callable[..., Any], role: str) -> str:
     return f"<{role} {name}>"
 
 
+def _given_relations(
+    relations: Mapping[str, Any] | None, *, infer_outputs: bool
+) -> RelationsFile | None:
+    """The stated relations as a relations file; `infer_outputs` lets outputs it does not
+    state take their layout from the shape ratios (a program on local shards)."""
+    if relations is None and not infer_outputs:
+        return None
+    stated = relations or {}
+    outputs = list(stated.get("outputs") or []) or None
+    inputs = dict(stated.get("inputs", {}))
+    return RelationsFile("<relations>", None, inputs, outputs, infer_outputs=infer_outputs)
+
+
 def check_equivalent(
     baseline_fn: Callable[..., Any],
     parallel_fn: Callable[..., Any],
@@ -68,8 +81,10 @@ def check_equivalent(
     module calling functional collectives on its local shards; `parallel_inputs` defaults to
     `example_inputs` (DTensor modules take the global, replicated input). Weights pair by
     parameter name and their layouts are inferred from the shape ratios; `relations` may
-    state them as in a relations file (`{"inputs": {NAME: LAYOUT}, "outputs": [LAYOUT]}`),
-    outputs being required `replicate` otherwise.
+    state them as in a relations file (`{"inputs": {NAME: LAYOUT}, "outputs": [LAYOUT]}`).
+    Outputs it does not state must be `replicate`, except that with `parallel_inputs` (a
+    program on local shards, such as a `SequenceParallel` block) an output whose shape
+    differs from the baseline's takes its layout from the shape ratios, as inputs do.
     """
     from .canonicalize import canonicalize
     from .capture.fx_trace import fake_process_group, trace
@@ -85,12 +100,7 @@ def check_equivalent(
     base_label, dist_label = _label(baseline_fn, "baseline"), _label(parallel_fn, "parallel")
     base = canonicalize(graph_from_fx(trace(baseline_fn, base_inputs), base_label))
     dist = canonicalize(graph_from_fx(trace(parallel_fn, dist_inputs), dist_label))
-    given = None
-    if relations is not None:
-        outputs = relations.get("outputs")
-        given = RelationsFile(
-            "<relations>", None, dict(relations.get("inputs", {})), list(outputs or []) or None
-        )
+    given = _given_relations(relations, infer_outputs=parallel_inputs is not None)
     compiled = compile_rule_dir(rules or default_rules_dir())
     return verify_graphs(base, dist, compiled, chosen, given)
 

@@ -37,6 +37,10 @@ class RelationsFile:
     mesh: str | None
     inputs: dict[str, str]
     outputs: list[str] | None
+    # Outputs it does not state: infer a layout from the shape ratios when the local shape
+    # differs from the baseline's (a program on local shards returns local shards), as for
+    # inputs; otherwise they must be replicate. `scalify.api` sets it with `parallel_inputs`.
+    infer_outputs: bool = False
 
 
 def read_relations_file(path: str) -> RelationsFile:
@@ -225,6 +229,7 @@ def output_relations(
     relations = []
     for index, (base_id, dist_id) in enumerate(zip(base.outputs, dist.outputs, strict=True)):
         where = f"{dist.path}: output {index}"
+        b_shape, d_shape = base.node(base_id).shape, dist.node(dist_id).shape
         if given and given.outputs is not None:
             if index >= len(given.outputs):
                 raise ScalifyError(
@@ -238,6 +243,8 @@ def output_relations(
         elif base_id in base.output_shardings:  # an SPMD dump: the global module states it
             layout = _from_tiles(base.output_shardings[base_id], mesh, where)
             source = "baseline annotation"
+        elif given and given.infer_outputs and b_shape != d_shape:
+            layout, source = _from_shapes(b_shape, d_shape, mesh, where), "inferred from shapes"
         else:
             layout, source = REPLICATE, "default"
         relations.append(Relation(dist_id, base_id, f"output {index}", layout, source))

@@ -11,8 +11,11 @@ same rules as an HLO pair:
   contracting x's last dim with W's dim 1; a `transpose` feeding a dot is folded into its
   dims when that keeps the free-dim order (as XLA's simplifier does), so `x @ w.t()`,
   `addmm(b, x, w.t())` and `linear(x, w, b)` all give the same dot;
-- composite activations and normalisers (`gelu`, `silu`, `relu`, `softmax`, `mean`) ->
-  the elementwise/reduce nodes HLO would hold (`gelu` tanh form: mul, add, tanh, constants);
+- composite activations and normalisers (`gelu`, `silu`, `relu`, `softmax`, `mean`,
+  `native_layer_norm`) -> the elementwise/reduce nodes HLO would hold (`gelu` tanh form:
+  mul, add, tanh, constants; layer norm: mean, centre, mean of squares, rsqrt, scale);
+- an in-place op (`add_`, which `make_fx` keeps in RMSNorm) -> its functional form when it
+  mutates a fresh tensor that no later node reads; otherwise it stays opaque;
 - implicit broadcasting and Python scalars -> explicit `broadcast` nodes (a scalar is a
   rank-0 `constant` broadcast with dims=()), dtype promotion -> explicit `convert` nodes;
 - views (`view`, `reshape`, `unsqueeze`, `squeeze`, `flatten`, ...) -> `reshape`, which
@@ -21,6 +24,9 @@ same rules as an HLO pair:
 Functional collectives (`_c10d_functional.all_reduce` / `all_gather_into_tensor` /
 `reduce_scatter_tensor` / `all_to_all_single`, each followed by an identity `wait_tensor`)
 become `all_reduce` / `all_gather` (dim 0) / `reduce_scatter` (dim 0) / `all_to_all` (dim 0).
+funcol (and so DTensor) gathers or scatters along another dim d with a dim-0 collective plus
+chunks and a cat (a view for a gather when the dims before d are 1); those forms become one
+`all_gather` / `reduce_scatter` along d, as XLA would hold it.
 
 **Replica groups.** An FX graph is traced on one rank and names its process group only by a
 string (`"0"`). The frontend assumes the group is *all devices of a 1-D mesh of the group's
@@ -133,7 +139,8 @@ _RESHAPES = frozenset(
         "expand_dims",
     }
 )
-_MULTI_OUTPUT = frozenset({"split", "split_with_sizes", "chunk", "unbind"})
+# Ops with a tuple of outputs: each `op_NAME` returns one value per output.
+_MULTI_OUTPUT = frozenset({"split", "split_with_sizes", "chunk", "unbind", "native_layer_norm"})
 _CONVERTS = frozenset({"_to_copy", "to", "type_as", "_to_dtype", "to_dtype"})
 _COLLECTIVE_NAMESPACES = frozenset(
     {"_c10d_functional", "c10d_functional", "_c10d_functional_autograd"}
@@ -297,6 +304,7 @@ class _Lowering:
         self.loc: SourceLoc | None = None
         self.fop = ""
         self.parts = 0
+        self.order: dict[Any, int] = {}  # FX node -> position, for in-place ops
 
     # ---- node creation
 
@@ -579,12 +587,17 @@ class _Lowering:
             if train:
                 raise _Unsupported("dropout in training mode")
             return self.tensor(args[0])
+        if name.endswith("_") and not name.startswith("_") and self.rewritable_in_place(fx_node):
+            name = name[:-1]  # `add_` on a fresh tensor nobody reads again: plain `add`
         if name in ("max", "min") and overload == "other":
             name = "maximum" if name == "max" else "minimum"
         if name in _MULTI_OUTPUT:
             return getattr(self, f"op_{name}")(fx_node, None, None)
         shape, dtype = self.out_type(fx_node)
         if name in _RESHAPES:
+            gathered = self.viewed_all_gather(fx_node, shape)
+            if gathered is not None:
+                return gathered
             return self.new("reshape", (self.tensor(args[0]),), shape, dtype, final=True)
         if name in _CONVERTS:
             return self.new(
@@ -601,6 +614,21 @@ class _Lowering:
         if method is None:
             raise _Unsupported(name)
         return method(fx_node, shape, dtype)
+
+    def rewritable_in_place(self, fx_node: Any) -> bool:
+        """Whether an in-place op (`add_`, as `make_fx` keeps it: RMSNorm's `mean + eps`)
+        computes the same as its functional form here: it mutates a fresh tensor (made by
+        an op that returns no alias of its inputs) that no later node reads."""
+        target = fx_node.args[0] if fx_node.args else None
+        if not self.is_node(target) or target.op != "call_function":
+            return False  # an input or a weight: the mutation is visible to the caller
+        schema = getattr(target.target, "_schema", None)
+        if schema is None or any(r.alias_info is not None for r in schema.returns):
+            return False  # a view (or a getitem, a collective): it aliases other tensors
+        if not self.order:
+            self.order = {node: i for i, node in enumerate(self.gm.graph.nodes)}
+        here = self.order[fx_node]
+        return all(self.order[user] < here for user in target.users if user is not fx_node)
 
     def binary(self, fx_node: Any, name: str, shape: tuple[int, ...], dtype: str) -> int:
         args, kwargs = fx_node.args, fx_node.kwargs
@@ -760,6 +788,9 @@ class _Lowering:
     def op_cat(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
         args = fx_node.args
         dim = int(args[1] if len(args) > 1 else fx_node.kwargs.get("dim", 0)) % len(shape)
+        gathered = self.folded_all_gather(fx_node, dim, shape)
+        if gathered is not None:
+            return gathered
         parts = [self.convert(self.tensor(t), dtype) for t in args[0]]
         # torch.cat skips 1-D empty tensors whatever the other operands' rank
         parts = [p for p in parts if self.shape(p) != (0,) or len(shape) == 1]
@@ -1044,6 +1075,56 @@ class _Lowering:
         self.nodes[total].name = f"{fx_node.name}.sum"
         return self.new("div", (total, self.fill(count, shape, dtype)), shape, dtype, final=True)
 
+    def op_native_layer_norm(self, fx_node: Any, shape: Any, dtype: Any) -> tuple[int, ...]:
+        """(out, mean, rstd) of layer norm over the trailing `normalized_shape` dims: mean,
+        centre, mean of squares, rsqrt(var + eps), scale, then weight and bias."""
+        args = fx_node.args
+        metas = self.out_meta(fx_node)
+        if not isinstance(metas, (list, tuple)) or len(metas) != 3:
+            raise _Unsupported("native_layer_norm without three outputs")
+        out_shape, stat_shape = self.shape_of(metas[0]), self.shape_of(metas[1])
+        out_dtype, stat_dtype = _dtype_of(metas[0].dtype), _dtype_of(metas[1].dtype)
+        x = self.convert(self.tensor(args[0]), stat_dtype)
+        rank, count = len(out_shape), len(args[1])
+        dims = tuple(range(rank - count, rank))
+        mean, centred = self.centre(x, dims, stat_shape)
+        var = self.mean_over(self.new("mul", (centred, centred), out_shape, stat_dtype), dims)
+        eps = self.fill(float(args[4]), stat_shape, stat_dtype)
+        rstd = self.new(
+            "rsqrt", (self.new("add", (var, eps), stat_shape, stat_dtype),), stat_shape, stat_dtype
+        )
+        normed = self.new(
+            "mul", (centred, self.broadcast_to(rstd, out_shape)), out_shape, stat_dtype
+        )
+        out = self.affine(self.convert(normed, out_dtype), args[2], args[3])
+        self.nodes[out].name = fx_node.name
+        return out, mean, rstd
+
+    def mean_over(self, x: int, dims: tuple[int, ...]) -> int:
+        """The mean of `x` over `dims`, the reduced dims kept as size 1 (keepdim)."""
+        shape, dtype = self.shape(x), self.dtype(x)
+        kept = tuple(1 if d in dims else s for d, s in enumerate(shape))
+        total = self.reduce(x, dims, "sum", kept, dtype)
+        count = self.fill(math.prod(shape[d] for d in dims), kept, dtype)
+        return self.new("div", (total, count), kept, dtype)
+
+    def centre(self, x: int, dims: tuple[int, ...], stat_shape: tuple[int, ...]) -> tuple[int, int]:
+        """(mean, x - mean) over `dims`."""
+        mean = self.mean_over(x, dims)
+        if self.shape(mean) != stat_shape:
+            raise _Unsupported(f"layer norm statistics of shape {list(stat_shape)}")
+        spread = self.broadcast_to(mean, self.shape(x))
+        return mean, self.new("sub", (x, spread), self.shape(x), self.dtype(x))
+
+    def affine(self, x: int, weight: Any, bias: Any) -> int:
+        """x * weight + bias, each optional (None), broadcast over the leading dims."""
+        shape, dtype = self.shape(x), self.dtype(x)
+        if weight is not None:
+            x = self.new("mul", (x, self.operand(weight, dtype, shape)), shape, dtype)
+        if bias is not None:
+            x = self.new("add", (x, self.operand(bias, dtype, shape)), shape, dtype)
+        return x
+
     def softmax_parts(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> tuple:
         x = self.convert(self.tensor(fx_node.args[0]), dtype)
         rank = len(shape)
@@ -1126,18 +1207,89 @@ class _Lowering:
             return self.opaque(fx_node, op_name, {"unresolved_group": str(group)})
         if reduce_op and reduce_op not in _REDUCE_OPS and reduce_op != "avg":
             raise _Unsupported(f"reduce op {reduce_op}")
-        x = self.tensor(args[0])
+        kind = _COLLECTIVE_KINDS[name]
+        x, dim = self.tensor(args[0]), 0
+        if kind == "reduce_scatter":
+            x, dim = self.scattered_source(args[0], size) or (x, 0)
+        return self.emit_collective(kind, x, shape, dtype, size, reduce_op, dim)
+
+    def emit_collective(
+        self,
+        kind: str,
+        x: int,
+        shape: tuple[int, ...],
+        dtype: str,
+        size: int,
+        reduce_op: str = "",
+        dim: int = 0,
+    ) -> int:
+        """One collective over a group of `size` devices along `dim` (an `avg` reduction is
+        a sum divided by the size)."""
         attrs: dict[str, Any] = {"groups": (tuple(range(size)),)}
         if reduce_op:
             attrs["op"] = "sum" if reduce_op == "avg" else _REDUCE_OPS[reduce_op]
-        kind = _COLLECTIVE_KINDS[name]
         if kind != "all_reduce":
-            attrs["dim"] = 0
+            attrs["dim"] = dim
         if kind == "all_to_all":
-            attrs["split_dim"] = attrs["concat_dim"] = 0
+            attrs["split_dim"] = attrs["concat_dim"] = dim
         out = self.new(kind, (x,), shape, dtype, attrs, final=reduce_op != "avg")
         if reduce_op == "avg":
             out = self.new("div", (out, self.fill(size, shape, dtype)), shape, dtype, final=True)
+        return out
+
+    def scattered_source(self, arg: Any, size: int) -> tuple[int, int] | None:
+        """(y, d) when a reduce-scatter's operand is `y`'s `size` chunks along d concatenated
+        along dim 0: funcol's `reduce_scatter_tensor` with `scatter_dim=d` (DTensor's
+        Partial -> Shard(d)); the whole is one reduce-scatter of y along d."""
+        if not _is_aten(arg, "cat") or not arg.args:
+            return None
+        parts = arg.args[0]
+        cat_dim = arg.args[1] if len(arg.args) > 1 else arg.kwargs.get("dim", 0)
+        chunks = _chunks_of(parts)
+        if chunks is None or len(parts) != size or cat_dim % len(_shape_of_fx(arg)) != 0:
+            return None
+        return self.tensor(chunks[0]), chunks[1]
+
+    def folded_all_gather(self, fx_node: Any, dim: int, shape: tuple[int, ...]) -> int | None:
+        """One all-gather along `dim` when this `cat` along `dim` joins, in order, the
+        group-size chunks along dim 0 of an `all_gather_into_tensor`: funcol's
+        `all_gather_tensor` with `gather_dim=dim` (DTensor's Shard(dim) -> Replicate)."""
+        parts = fx_node.args[0]
+        chunks = _chunks_of(parts)
+        if chunks is None or chunks[1] != 0:
+            return None
+        source = _gather_of(chunks[0])
+        if source is None or _gather_size(source) != len(parts) or source not in self.env:
+            return None
+        return self.gather_along(source, dim, shape)
+
+    def viewed_all_gather(self, fx_node: Any, shape: tuple[int, ...]) -> int | None:
+        """One all-gather along d when this view of an `all_gather_into_tensor` of x only
+        moves the gathered dim 0 to dim d, x's dims before d being all 1: funcol's view
+        form of `all_gather_tensor` (batch 1, gathered along the sequence)."""
+        source = _gather_of(fx_node.args[0])
+        if source is None or source not in self.env:
+            return None
+        local, size = self.shape(self.tensor(source.args[0])), _gather_size(source)
+        if len(shape) != len(local):
+            return None
+        moved = [d for d, (a, b) in enumerate(zip(local, shape, strict=True)) if a != b]
+        if len(moved) != 1 or moved[0] == 0:
+            return None
+        dim = moved[0]
+        if shape[dim] != size * local[dim] or any(n != 1 for n in local[:dim]):
+            return None
+        return self.gather_along(source, dim, shape)
+
+    def gather_along(self, source: Any, dim: int, shape: tuple[int, ...]) -> int:
+        """The all-gather `source` (an `all_gather_into_tensor`) as one along `dim`, with
+        the collective's name and source line."""
+        x = self.tensor(source.args[0])
+        size = int(_gather_size(source))
+        out = self.emit_collective("all_gather", x, shape, self.dtype(x), size, dim=dim)
+        node = self.nodes[out]
+        node.name, node.loc = source.name, self.location(source)
+        node.framework_op = str(source.target)
         return out
 
     # ---- result
@@ -1152,6 +1304,63 @@ class _Lowering:
             inputs=inputs,
             outputs=[remap[o] for o in outputs],
         )
+
+
+def _is_aten(node: Any, *names: str) -> bool:
+    """Whether an FX node calls one of the ATen ops `names` (any overload)."""
+    if getattr(node, "op", None) != "call_function":
+        return False
+    namespace, name, _ = _op_name(node.target)
+    return namespace == "aten" and name in names
+
+
+def _collective(node: Any) -> str:
+    """The functional collective an FX node calls (`all_gather_into_tensor`), else ""."""
+    if getattr(node, "op", None) != "call_function":
+        return ""
+    namespace, name, _ = _op_name(node.target)
+    return name if namespace in _COLLECTIVE_NAMESPACES else ""
+
+
+def _gather_of(node: Any) -> Any:
+    """The `all_gather_into_tensor` FX node that `node` is (or waits for), else None."""
+    if _collective(node) == "wait_tensor":
+        node = node.args[0]
+    return node if _collective(node) == "all_gather_into_tensor" else None
+
+
+def _gather_size(node: Any) -> Any:
+    """The group size an `all_gather_into_tensor` FX node names."""
+    return node.args[1] if len(node.args) > 1 else node.kwargs.get("group_size")
+
+
+def _shape_of_fx(node: Any) -> tuple[int, ...]:
+    val = node.meta.get("val", node.meta.get("tensor_meta"))
+    return tuple(int(d) for d in val.shape)
+
+
+def _chunks_of(parts: Any) -> tuple[Any, int] | None:
+    """(source, dim) when the FX nodes `parts` are, in order, every one of the equal pieces
+    that one `split`/`chunk` cuts `source` into along `dim`; else None."""
+    if not isinstance(parts, (list, tuple)) or not parts:
+        return None
+    if not all(getattr(p, "target", None) is operator.getitem for p in parts):
+        return None
+    split = parts[0].args[0]
+    if any(p.args[0] is not split for p in parts):
+        return None
+    if [p.args[1] for p in parts] != list(range(len(parts))):
+        return None
+    if not _is_aten(split, "split", "split_with_sizes", "chunk"):
+        return None
+    pieces = split.meta.get("val")
+    if not isinstance(pieces, (list, tuple)) or len(pieces) != len(parts):
+        return None
+    dim = split.args[2] if len(split.args) > 2 else split.kwargs.get("dim", 0)
+    dim = int(dim) % len(pieces[0].shape)
+    if len({int(piece.shape[dim]) for piece in pieces}) != 1:
+        return None
+    return split.args[0], dim
 
 
 def _flatten(value: Any) -> list[Any]:
