@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from .all_to_all import fold_tiled_all_to_all
 from .ir import Graph, Node
+from .static_indices import fold_static_indices
 
 
 def _is_identity(node: Node, operand: Node) -> bool:
@@ -52,7 +53,9 @@ def reshape_groups(
     return groups
 
 
-def _decompose_reshape(node: Node, operand: Node, next_id: int) -> list[Node]:
+def _decompose_reshape(
+    node: Node, operand: Node, next_id: int, squeeze_first: bool = False
+) -> list[Node]:
     """A reshape as primitive view steps: `merge` (dims p and p+1 into one) and `split` (dim
     p into an outer dim and an inner dim of size `inner`). Keys then name the inner sizes
     only, which a shard on the outer factor leaves unchanged."""
@@ -81,7 +84,15 @@ def _decompose_reshape(node: Node, operand: Node, next_id: int) -> list[Node]:
         current = next_id
         next_id += 1
 
-    for si, sj in reshape_groups(operand.shape, node.shape):
+    if squeeze_first:
+        # Only unit dims go: move them behind the others first, so that each later merge has
+        # inner size 1 and a shard stays on its (outer) dim.
+        kept = [d for d, n in enumerate(operand.shape) if n != 1]
+        units = [d for d in range(len(operand.shape)) if d not in kept]
+        perm = kept + units
+        shape = [operand.shape[d] for d in perm]
+        emit("transpose", {"perm": tuple(perm)}, shape)
+    for si, sj in reshape_groups(tuple(shape), node.shape):
         for _ in range(len(si) - 1):
             inner = shape[position + 1]
             merged = shape[:position] + [shape[position] * inner] + shape[position + 2 :]
@@ -117,11 +128,21 @@ def _decompose_reshape(node: Node, operand: Node, next_id: int) -> list[Node]:
     return steps
 
 
+def _drops_leading_unit_dims(source: tuple[int, ...], target: tuple[int, ...]) -> bool:
+    """The reshape only removes unit dims, and one of them comes before a kept dim (a
+    squeeze that merge steps would do with the unit dim as the outer part)."""
+    kept = [d for d, n in enumerate(source) if n != 1]
+    if [source[d] for d in kept] != list(target) or len(kept) == len(source):
+        return False
+    return any(n == 1 and any(m != 1 for m in source[d + 1 :]) for d, n in enumerate(source))
+
+
 def canonicalize(graph: Graph) -> Graph:
     """Drop identity ops, fold reshape chains, split reshapes into merge/split steps, and
     prune what no output uses."""
     fold_tiled_all_to_all(graph)
     _fold(graph)
+    fold_static_indices(graph)
     _index_arithmetic(graph)
     next_id = max(graph.nodes, default=-1) + 1
     nodes: dict[int, Node] = {}
@@ -131,10 +152,21 @@ def canonicalize(graph: Graph) -> Graph:
         if node.op != "reshape":
             nodes[node.id] = node
             continue
-        steps = _decompose_reshape(node, nodes[node.operands[0]], next_id)
+        operand = nodes[node.operands[0]]
+        steps = _decompose_reshape(node, operand, next_id)
         next_id += len(steps)
         for step in steps:
             nodes[step.id] = step
+        if _drops_leading_unit_dims(operand.shape, node.shape):
+            # A local unit dim may be a real one (a squeezed scan slice) or a dim sharded
+            # down to one entry; both readings enter the e-graph, as equal values.
+            alternative = _decompose_reshape(node, operand, next_id, squeeze_first=True)
+            alternative[-1].id = next_id + len(alternative) - 1
+            alternative[-1].name = f"{node.name}.squeeze"
+            next_id += len(alternative)
+            for step in alternative:
+                nodes[step.id] = step
+            graph.equalities.append((node.id, alternative[-1].id))
     graph.nodes = nodes
     return _prune(graph)
 
@@ -146,6 +178,7 @@ def _prune(graph: Graph) -> Graph:
             live.update(node.operands)
     live = _with_equals(graph.nodes, live, graph.equalities)
     graph.nodes = {i: n for i, n in graph.nodes.items() if i in live}
+    graph.equalities = [(a, b) for a, b in graph.equalities if a in live and b in live]
     return graph
 
 
@@ -267,8 +300,10 @@ def _squeezed_alternative(node: Node, operand: Node, next_id: int) -> list[Node]
 
 def _with_equals(nodes: dict[int, Node], live: set[int], equalities) -> set[int]:
     """Keep the alternative form of every live node, and what it needs."""
-    partner = dict(equalities)
-    stack = [partner[n] for n in live if n in partner]
+    partner: dict[int, list[int]] = {}
+    for a, b in equalities:
+        partner.setdefault(a, []).append(b)
+    stack = [b for n in live for b in partner.get(n, ())]
     while stack:
         node_id = stack.pop()
         if node_id in live or node_id not in nodes:

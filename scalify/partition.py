@@ -58,9 +58,31 @@ def _literal_nodes(graph: Graph) -> set[int]:
     return literal
 
 
+# Data movement that a view of a parameter may go through and stay a leaf of the segments.
+VIEW_OPS = frozenset({"slice", "merge", "split", "transpose", "convert", "reshape"})
+
+
+def leaf_nodes(graph: Graph) -> set[int]:
+    """Literals, and views of parameters (a layer's slice of stacked weights, as an unrolled
+    scan reads them): values every segment may copy in, never live across a cut."""
+    return graph.memo("leaf_nodes", _leaf_nodes)
+
+
+def _leaf_nodes(graph: Graph) -> set[int]:
+    leaf = set(literal_nodes(graph))
+    for node in graph.nodes.values():
+        if (
+            node.op in VIEW_OPS
+            and node.operands
+            and all(o in leaf or graph.node(o).op == "parameter" for o in node.operands)
+        ):
+            leaf.add(node.id)
+    return leaf
+
+
 def cut_points(graph: Graph) -> list[int]:
     """Computed nodes right after which they are the only computed value still needed."""
-    literal = literal_nodes(graph)
+    literal = leaf_nodes(graph)
     order = [n.id for n in graph.nodes.values() if n.op != "parameter" and n.id not in literal]
     position = {node_id: i for i, node_id in enumerate(order)}
     last_use = {node_id: position[node_id] for node_id in order}
@@ -99,7 +121,7 @@ def cut_points(graph: Graph) -> list[int]:
 
 
 def segments(graph: Graph, cuts: list[int]) -> list[Segment]:
-    literal = literal_nodes(graph)
+    literal = leaf_nodes(graph)
     result: list[Segment] = []
     current: list[int] = []
     entry = None
@@ -125,7 +147,7 @@ def subgraph(graph: Graph, segment: Segment, label: str) -> Graph:
     """The segment as a graph of its own: the entry cut and the parameters it uses become
     inputs; the literals it uses are copied in. Node ids stay those of `graph`."""
     members = set(segment.nodes)
-    literal = literal_nodes(graph)
+    literal = leaf_nodes(graph)
     needed_literals: set[int] = set()
     params: set[int] = set()
     stack = [o for n in segment.nodes for o in graph.node(n).operands if o not in members]
@@ -177,11 +199,15 @@ def subgraph(graph: Graph, segment: Segment, label: str) -> Graph:
 def structural_key(base: Graph, dist: Graph, relations: list[Relation]) -> str:
     """A hash of what the proof of a segment depends on, not of names or source lines."""
     text = []
+    shift = _slice_shift(base, dist)
     for graph in (base, dist):
         renumber = {node_id: i for i, node_id in enumerate(graph.nodes)}
         inputs = {node_id: k for k, node_id in enumerate(graph.inputs)}
         for node in graph.nodes.values():
             attrs = {k: v for k, v in node.attrs.items() if k not in ("name", "index")}
+            if node.op == "slice" and node.id in leaf_nodes(graph):
+                attrs["starts"] = _shifted(attrs["starts"], shift)
+                attrs["limits"] = _shifted(attrs["limits"], shift)
             text.append(
                 f"{renumber[node.id]}:{node.op}:{node.dtype}:{node.shape}:"
                 f"{inputs.get(node.id, '')}:{sorted(attrs.items())}:"
@@ -195,6 +221,26 @@ def structural_key(base: Graph, dist: Graph, relations: list[Relation]) -> str:
         for r in relations
     )
     return hashlib.sha256("\n".join(text).encode()).hexdigest()
+
+
+def _slice_shift(base: Graph, dist: Graph) -> dict[int, tuple[int, ...]]:
+    """Per slice rank and dim, the lowest start of the parameter slices of a segment pair.
+    Keys see starts relative to it, so layer k's slices of stacked weights key like layer
+    0's: a proof does not depend on where the slices start, only on baseline and distributed
+    slices starting at the same place, and one shift for both graphs keeps that."""
+    shift: dict[int, tuple[int, ...]] = {}
+    for graph in (base, dist):
+        for node in graph.nodes.values():
+            if node.op == "slice" and node.id in leaf_nodes(graph):
+                starts = tuple(node.attrs["starts"])
+                low = shift.get(len(starts), starts)
+                shift[len(starts)] = tuple(min(a, b) for a, b in zip(low, starts, strict=True))
+    return shift
+
+
+def _shifted(values, shift: dict[int, tuple[int, ...]]) -> tuple[int, ...]:
+    by = shift.get(len(values), (0,) * len(values))
+    return tuple(v - b for v, b in zip(values, by, strict=True))
 
 
 def segment_relations(

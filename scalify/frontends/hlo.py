@@ -108,6 +108,16 @@ class _BadToken(Exception):
         self.message = message
 
 
+def _int_value(node: Node | None) -> int | None:
+    """The value of a scalar integer constant node, or None."""
+    if node is None or node.op != "constant" or node.shape != ():
+        return None
+    try:
+        return int(str(node.attrs.get("value")))
+    except ValueError:
+        return None
+
+
 def _strip_pct(name: str) -> str:
     return name[1:] if name.startswith("%") else name
 
@@ -142,6 +152,8 @@ def _array_of(token: Token) -> _Array:
 
 _KEY_CACHE: dict[str, str] = {}
 _LITERAL_OPCODES = frozenset({"constant", "parameter"})
+# A loop with more iterations than this stays opaque rather than being unrolled.
+MAX_UNROLLED_ITERATIONS = 1024
 
 
 def _attr_key(token: Token) -> str:
@@ -1129,6 +1141,8 @@ class _Lowering:
             return self.opaque(ins, vals, loc, fop)
         if opcode == "custom-call":
             return self.custom_call(ins, vals, loc, fop)
+        if opcode == "while" and len(vals) == 1:
+            return self.while_loop(ins, vals[0], loc, fop)
         if any(not isinstance(v, int) for v in vals):
             return self.opaque(ins, vals, loc, fop)
         if opcode in _COLLECTIVES:
@@ -1181,6 +1195,67 @@ class _Lowering:
         else:
             return self.opaque(ins, vals, loc, fop)
         return self.new(opcode, operands, shape, attrs, ins, loc, fop)
+
+    def while_loop(self, ins: _Instr, init: _Value, loc: SourceLoc | None, fop: str) -> _Value:
+        """A loop with a static trip count (a counter from a constant, +1 per iteration, while
+        below a constant: what `lax.scan`, `fori_loop` and torch-xla's loops lower to) is
+        unrolled: its body is lowered once per iteration, so the layers of a scanned stack
+        become ordinary segments that partitioning proves once each and memoisation shares.
+        Any other loop stays opaque."""
+        cond, body = self.called(ins, "condition"), self.called(ins, "body")
+        trip = self.trip_count(cond, body, init)
+        if trip is None or trip > MAX_UNROLLED_ITERATIONS:
+            return self.opaque(ins, [init], loc, fop)
+        carried = init
+        for _ in range(trip):
+            carried = self.evaluate(body, [carried], loc)
+        return carried
+
+    def trip_count(self, cond: _Comp, body: _Comp, init: _Value) -> int | None:
+        """Iterations of `while (carried[k] < N) { carried[k] += 1; ... }`, or None."""
+        root = cond.root
+        if root is None or root.opcode != "compare" or self.attr(root, "direction") != "LT":
+            return None
+        counter, limit = (cond.by_name.get(name) for name in root.operands)
+        k = self.tuple_index_of_parameter(counter, cond)
+        bound = self.int_constant(limit)
+        if k is None or bound is None or isinstance(init, int) or k >= len(init):
+            return None
+        start_node = self.nodes[init[k]] if isinstance(init[k], int) else None
+        start = _int_value(start_node)
+        step = body.root
+        if start is None or step is None or step.opcode != "tuple" or k >= len(step.operands):
+            return None
+        update = body.by_name.get(step.operands[k])
+        if update is None or update.opcode != "add":
+            return None
+        parts = [body.by_name.get(name) for name in update.operands]
+        if sorted(
+            (self.tuple_index_of_parameter(p, body) is not None, self.int_constant(p))
+            for p in parts
+        ) != [(False, 1), (True, None)] or k not in {
+            self.tuple_index_of_parameter(p, body) for p in parts
+        }:
+            return None
+        return max(0, bound - start)
+
+    def tuple_index_of_parameter(self, ins: _Instr | None, comp: _Comp) -> int | None:
+        """k when `ins` is get-tuple-element(parameter(0), index=k) of `comp`."""
+        if ins is None or ins.opcode != "get-tuple-element" or len(ins.operands) != 1:
+            return None
+        source = comp.by_name.get(ins.operands[0])
+        if source is None or source.opcode != "parameter":
+            return None
+        index = _ints(self.attr(ins, "index") or "")
+        return index[0] if index else None
+
+    def int_constant(self, ins: _Instr | None) -> int | None:
+        if ins is None or ins.opcode != "constant":
+            return None
+        try:
+            return int(str(_literal(self.raw_args(ins))))
+        except ValueError:
+            return None
 
     def raw_args(self, ins: _Instr) -> str:
         start, end = ins.args_span
