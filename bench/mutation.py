@@ -3,8 +3,8 @@
     python bench/mutation.py [--jax]
 
 Sources: every rule case that must be proved, the bundled MLP example, and with --jax the
-MLP re-exported at tp = 2, 4, 8 plus the flash-decoding, sequence-parallel, Ulysses and
-Mixtral examples. Prints tried / differing / caught / wrongly proved per source
+MLP re-exported at tp = 2, 4, 8 plus the flash-decoding, sequence-parallel, Ulysses,
+scanned-stack and Mixtral examples. Prints tried / differing / caught / wrongly proved per source
 and in total; exits 1 if any differing mutant was proved equivalent.
 """
 
@@ -41,6 +41,12 @@ EXAMPLES = [
     ),
     ("ulysses sp=2", "examples/ulysses/export.py", ["--sp", "2"], ("baseline.hlo", "ulysses.hlo")),
     ("sp tp=2", "examples/sp/export.py", ["--tp", "2"], ("baseline.hlo", "sp.hlo")),
+    (
+        "scan stack tp=2",
+        "examples/scan_stack/export.py",
+        ["--tp", "2", "--layers", "3"],
+        ("baseline.hlo", "tp.hlo"),
+    ),
     (
         "mixtral ep=2 tp=2",
         "examples/mixtral/export.py",

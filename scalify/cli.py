@@ -57,6 +57,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     verify.add_argument("--node-limit", type=int, default=2_000_000, help="e-graph size limit")
     verify.add_argument(
+        "-j",
+        "--jobs",
+        type=int,
+        default=1,
+        metavar="N",
+        help="prove distinct layers in N processes at once (default 1: fits 2 cores)",
+    )
+    verify.add_argument(
         "--no-simulate",
         action="store_true",
         help="do not run small graphs numerically to confirm a mismatch",
@@ -127,6 +135,7 @@ def _verify(args: argparse.Namespace) -> int:
             args.node_limit,
             not args.no_simulate,
             progress=sys.stderr.isatty() and not args.quiet,
+            jobs=max(1, args.jobs),
         ),
     )
     text = render(report, args.format)

@@ -25,6 +25,7 @@ from .layout import canonical, layout_str, local_shape
 from .mesh import Mesh, parse_mesh
 from .nearest import rules_for_op
 from .neighbourhood import neighbourhood
+from .parallel import PREFETCH_AFTER, prefetch_segments
 from .partition import (
     cut_points,
     merge_segments,
@@ -60,6 +61,7 @@ class Limits:
     simulate: bool = True
     partition: bool = True
     progress: bool = False  # a progress line on stderr (the CLI turns it on for a terminal)
+    jobs: int = 1  # processes proving distinct segments at once (see parallel.py)
 
 
 def choose_mesh(text: str | None, dist: Graph, given: RelationsFile | None) -> Mesh:
@@ -253,9 +255,22 @@ def prove_partitioned(
     base_segs, dist_segs = segments(base, base_cuts), segments(dist, dist_cuts)
     total = Proof({}, set(), RunStats(saturated=True), partitions=0)
     memo: dict[str, list] = {}
+    prefetched: dict[str, Proof] = {}
     entry: list = []
     i = j = 0
     while i < len(base_segs) and j < len(dist_segs):
+        if limits.jobs > 1 and i == j == PREFETCH_AFTER and not prefetched:
+            prefetched = prefetch_segments(
+                base,
+                dist,
+                base_segs[i:],
+                dist_segs[j:],
+                inputs,
+                entry,
+                rules_program,
+                mesh,
+                limits,
+            )
         if limits.progress:
             _show_progress(j, len(dist_segs), total.memo_hits)
         first_failure = None
@@ -272,7 +287,9 @@ def prove_partitioned(
                 total.memo_hits += 1
                 exit_layouts = memo[key]
             else:
-                proof = prove(base_sub, dist_sub, rules_program, mesh, relations, limits)
+                proof = prefetched.pop(key, None) or prove(
+                    base_sub, dist_sub, rules_program, mesh, relations, limits
+                )
                 _accumulate(total, proof)
                 exit_layouts = [
                     lay for lay, b in proof.relations.get(dist_seg.exit, ()) if b == base_seg.exit
