@@ -88,3 +88,26 @@ def shard_map_variants(
     for bug in bugs:
         variants[f"{name}_{bug}"] = (lowered(bug), local_args)
     return variants
+
+
+def export_cli(
+    doc: str,
+    options: dict[str, int],
+    devices: Callable[..., int],
+    export: Callable[..., dict[str, Path]],
+    argv: list[str] | None = None,
+) -> None:
+    """The command line the examples' export.py share: `--out DIR` and integer options
+    (`head_dim` is `--head-dim`), the device count fixed before JAX starts, then `export`
+    called with the options by name; prints the files written."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    for name, default in options.items():
+        parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=default)
+    args = parser.parse_args(argv)
+    values = {name: getattr(args, name) for name in options}
+    set_device_count(devices(**values))
+    for path in export(args.out, **values).values():
+        print(path)

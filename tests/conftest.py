@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import re
 import subprocess
 import sys
@@ -33,6 +34,21 @@ def run_cli(*args: str) -> CliResult:
         except SystemExit as exit_:
             code = int(exit_.code or 0)
     return CliResult(code, out.getvalue(), err.getvalue())
+
+
+def verify_json(baseline: Path, distributed: Path) -> tuple[int, dict]:
+    """`scalify verify --format json` on two files: the exit code and the report."""
+    result = run_cli("verify", str(baseline), str(distributed), "--format", "json")
+    return result.code, json.loads(result.out)
+
+
+def caught_at(report: dict, model: Path, bug: str) -> bool:
+    """The first suspect is at the line of `model` tagged `# BUG: bug`."""
+    first = report["suspects"][0]
+    return (first["file"], first["line"]) == (
+        str(model.relative_to(REPO)),
+        bug_line(bug, model),
+    )
 
 
 def bug_line(name: str, model: Path = MLP / "model.py") -> int:

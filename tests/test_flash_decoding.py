@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import REPO, export_example
+from conftest import REPO, caught_at, export_example, verify_json
 from conftest import bug_line as example_bug_line
 
 pytest.importorskip("jax")
@@ -49,32 +49,17 @@ def test_bug_is_caught_at_its_line(cli, exported, bug):
     assert "missing" in first["reason"]
 
 
-def test_split_kv_combine_verifies(cli, exported):
+def test_split_kv_combine_verifies(exported):
     """Each device's chunk shifted by its own max, rescaled to the global max, then summed."""
-    result = cli(
-        "verify",
-        str(exported / "split_baseline.hlo"),
-        str(exported / "split.hlo"),
-        "--format",
-        "json",
-    )
-    report = json.loads(result.out)
-    assert (result.code, report["verdict"]) == (0, "equivalent")
+    code, report = verify_json(exported / "split_baseline.hlo", exported / "split.hlo")
+    assert (code, report["verdict"]) == (0, "equivalent")
     assert {"chunk_shift", "rescaled_dot", "rescaled_sum", "rescale_to_global_max"} <= set(
         report["stats"]["rules_fired"]
     )
 
 
 @pytest.mark.parametrize("bug", ["base2_weights", "max_scaled_twice", "rescale_numerator_only"])
-def test_split_kv_bug_is_caught_at_its_line(cli, exported, bug):
-    result = cli(
-        "verify",
-        str(exported / "split_baseline.hlo"),
-        str(exported / f"split_{bug}.hlo"),
-        "--format",
-        "json",
-    )
-    report = json.loads(result.out)
-    assert result.code == 1 and report["verdict"] == "not_equivalent"
-    first = report["suspects"][0]
-    assert (first["file"], first["line"]) == ("examples/flash_decoding/model.py", bug_line(bug))
+def test_split_kv_bug_is_caught_at_its_line(exported, bug):
+    code, report = verify_json(exported / "split_baseline.hlo", exported / f"split_{bug}.hlo")
+    assert code == 1 and report["verdict"] == "not_equivalent"
+    assert caught_at(report, FD / "model.py", bug)

@@ -4,11 +4,8 @@ and each bug is caught at its line."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
-from conftest import REPO, export_example
-from conftest import bug_line as example_bug_line
+from conftest import REPO, caught_at, export_example, verify_json
 
 pytest.importorskip("jax")
 
@@ -28,13 +25,8 @@ def exported(request, tmp_path_factory):
     return out
 
 
-def verify(cli, out, name: str) -> tuple[int, dict]:
-    result = cli("verify", str(out / "baseline.hlo"), str(out / f"{name}.hlo"), "--format", "json")
-    return result.code, json.loads(result.out)
-
-
-def test_expert_parallel_decoder_verifies(cli, exported):
-    code, report = verify(cli, exported, "ep")
+def test_expert_parallel_decoder_verifies(exported):
+    code, report = verify_json(exported / "baseline.hlo", exported / "ep.hlo")
     assert (code, report["verdict"]) == (0, "equivalent")
     fired = report["stats"]["rules_fired"]
     assert {"dot_contracted_shards", "all_reduce_completes_partial"} <= set(fired)
@@ -42,9 +34,7 @@ def test_expert_parallel_decoder_verifies(cli, exported):
 
 
 @pytest.mark.parametrize("bug", BUGS)
-def test_bug_is_caught_at_its_line(cli, exported, bug):
-    code, report = verify(cli, exported, f"ep_{bug}")
+def test_bug_is_caught_at_its_line(exported, bug):
+    code, report = verify_json(exported / "baseline.hlo", exported / f"ep_{bug}.hlo")
     assert code == 1 and report["verdict"] == "not_equivalent"
-    first = report["suspects"][0]
-    line = example_bug_line(bug, MIXTRAL / "model.py")
-    assert (first["file"], first["line"]) == ("examples/mixtral/model.py", line)
+    assert caught_at(report, MIXTRAL / "model.py", bug)

@@ -4,11 +4,8 @@ proved once per distinct layer; bugs in the loop body are caught at their line."
 
 from __future__ import annotations
 
-import json
-
 import pytest
-from conftest import REPO, export_example
-from conftest import bug_line as example_bug_line
+from conftest import REPO, caught_at, export_example, verify_json
 
 pytest.importorskip("jax")
 
@@ -22,13 +19,8 @@ def exported(request, tmp_path_factory):
     return out
 
 
-def verify(cli, out, name: str) -> tuple[int, dict]:
-    result = cli("verify", str(out / "baseline.hlo"), str(out / f"{name}.hlo"), "--format", "json")
-    return result.code, json.loads(result.out)
-
-
-def test_scanned_stack_verifies_with_one_proof_per_distinct_layer(cli, exported):
-    code, report = verify(cli, exported, "tp")
+def test_scanned_stack_verifies_with_one_proof_per_distinct_layer(exported):
+    code, report = verify_json(exported / "baseline.hlo", exported / "tp.hlo")
     assert (code, report["verdict"]) == (0, "equivalent")
     stats = report["stats"]
     assert stats["partitions"] >= 32
@@ -36,12 +28,10 @@ def test_scanned_stack_verifies_with_one_proof_per_distinct_layer(cli, exported)
 
 
 @pytest.mark.parametrize("bug", ["missing_allreduce", "residual_inside_allreduce"])
-def test_bug_in_the_loop_body_is_caught_at_its_line(cli, exported, bug):
-    code, report = verify(cli, exported, f"tp_{bug}")
+def test_bug_in_the_loop_body_is_caught_at_its_line(exported, bug):
+    code, report = verify_json(exported / "baseline.hlo", exported / f"tp_{bug}.hlo")
     assert code == 1 and report["verdict"] == "not_equivalent"
-    first = report["suspects"][0]
-    line = example_bug_line(bug, SCAN / "model.py")
-    assert (first["file"], first["line"]) == ("examples/scan_stack/model.py", line)
+    assert caught_at(report, SCAN / "model.py", bug)
 
 
 LOOP = """HloModule m

@@ -4,11 +4,8 @@ output is caught at its line."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
-from conftest import REPO, export_example
-from conftest import bug_line as example_bug_line
+from conftest import REPO, caught_at, export_example, verify_json
 
 pytest.importorskip("jax")
 
@@ -22,21 +19,15 @@ def exported(request, tmp_path_factory):
     return out
 
 
-def verify(cli, out, name: str) -> tuple[int, dict]:
-    result = cli("verify", str(out / "baseline.hlo"), str(out / f"{name}.hlo"), "--format", "json")
-    return result.code, json.loads(result.out)
-
-
-def test_ulysses_block_verifies(cli, exported):
-    code, report = verify(cli, exported, "ulysses")
+def test_ulysses_block_verifies(exported):
+    code, report = verify_json(exported / "baseline.hlo", exported / "ulysses.hlo")
     assert (code, report["verdict"]) == (0, "equivalent")
     assert report["outputs"][0]["proven"] == "shard(0, sp)"
     assert report["stats"]["rules_fired"]["all_to_all_moves_shard"] >= 4
 
 
-def test_wrong_reshape_after_all_to_all_is_caught_at_its_line(cli, exported):
-    code, report = verify(cli, exported, "ulysses_wrong_reshape_after_all_to_all")
+def test_wrong_reshape_after_all_to_all_is_caught_at_its_line(exported):
+    bug = "wrong_reshape_after_all_to_all"
+    code, report = verify_json(exported / "baseline.hlo", exported / f"ulysses_{bug}.hlo")
     assert code == 1 and report["verdict"] == "not_equivalent"
-    first = report["suspects"][0]
-    line = example_bug_line("wrong_reshape_after_all_to_all", ULYSSES / "model.py")
-    assert (first["file"], first["line"]) == ("examples/ulysses/model.py", line)
+    assert caught_at(report, ULYSSES / "model.py", bug)

@@ -7,14 +7,13 @@ Usage: python examples/flash_decoding/export.py --out DIR [--tp 4] [--batch 2] [
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from hlo_export import set_device_count, shard_map_variants, write_hlo  # noqa: E402
+from hlo_export import export_cli, shard_map_variants, write_hlo  # noqa: E402
 
 
 def export_all(
@@ -37,18 +36,14 @@ def export_all(
     return {**written, **write_hlo(out_dir, split)}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--tp", type=int, default=4)
-    ap.add_argument("--batch", type=int, default=2)
-    ap.add_argument("--heads", type=int, default=4)
-    ap.add_argument("--seq", type=int, default=64)
-    ap.add_argument("--head-dim", type=int, default=8)
-    a = ap.parse_args()
-    set_device_count(a.tp)
-    for path in export_all(a.out, a.tp, a.batch, a.heads, a.seq, a.head_dim).values():
-        print(path)
+def main(argv: list[str] | None = None) -> None:
+    export_cli(
+        __doc__,
+        {"tp": 4, "batch": 2, "heads": 4, "seq": 64, "head_dim": 8},
+        lambda tp, **_: tp,
+        export_all,
+        argv,
+    )
 
 
 if __name__ == "__main__":

@@ -10,14 +10,13 @@ that imports this module must have set XLA_FLAGS itself (tests use the CLI).
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from hlo_export import set_device_count, shard_map_variants, write_hlo  # noqa: E402
+from hlo_export import export_cli, shard_map_variants, write_hlo  # noqa: E402
 
 
 def export_all(
@@ -66,18 +65,13 @@ def export_all(
 
 
 def main(argv: list[str] | None = None) -> None:
-    """CLI entry: fix the device count, then export."""
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--dp", type=int, default=2)
-    ap.add_argument("--tp", type=int, default=4)
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--hidden", type=int, default=64)
-    ap.add_argument("--ffn", type=int, default=256)
-    a = ap.parse_args(argv)
-    set_device_count(a.dp * a.tp)
-    for path in export_all(a.out, a.dp, a.tp, a.batch, a.hidden, a.ffn).values():
-        print(path)
+    export_cli(
+        __doc__,
+        {"dp": 2, "tp": 4, "batch": 8, "hidden": 64, "ffn": 256},
+        lambda dp, tp, **_: dp * tp,
+        export_all,
+        argv,
+    )
 
 
 if __name__ == "__main__":

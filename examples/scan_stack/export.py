@@ -6,14 +6,13 @@ Usage: python examples/scan_stack/export.py --out DIR [--tp 4] [--layers 4] [--b
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from hlo_export import set_device_count, shard_map_variants, write_hlo  # noqa: E402
+from hlo_export import export_cli, shard_map_variants, write_hlo  # noqa: E402
 
 
 def export_all(
@@ -34,18 +33,14 @@ def export_all(
     return write_hlo(out_dir, shard_map_variants(mesh, stack, tp_stack, args, P(), "tp", BUGS))
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--tp", type=int, default=4)
-    ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--hidden", type=int, default=32)
-    ap.add_argument("--ffn", type=int, default=128)
-    a = ap.parse_args()
-    set_device_count(a.tp)
-    for path in export_all(a.out, a.tp, a.layers, a.batch, a.hidden, a.ffn).values():
-        print(path)
+def main(argv: list[str] | None = None) -> None:
+    export_cli(
+        __doc__,
+        {"tp": 4, "layers": 4, "batch": 8, "hidden": 32, "ffn": 128},
+        lambda tp, **_: tp,
+        export_all,
+        argv,
+    )
 
 
 if __name__ == "__main__":

@@ -6,14 +6,13 @@ Usage: python examples/sp/export.py --out DIR [--tp 4] [--batch 2] [--seq 32] [-
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from hlo_export import set_device_count, shard_map_variants, write_hlo  # noqa: E402
+from hlo_export import export_cli, shard_map_variants, write_hlo  # noqa: E402
 
 
 def export_all(
@@ -37,18 +36,14 @@ def export_all(
     )
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--tp", type=int, default=4)
-    ap.add_argument("--batch", type=int, default=2)
-    ap.add_argument("--seq", type=int, default=32)
-    ap.add_argument("--hidden", type=int, default=32)
-    ap.add_argument("--ffn", type=int, default=128)
-    a = ap.parse_args()
-    set_device_count(a.tp)
-    for path in export_all(a.out, a.tp, a.batch, a.seq, a.hidden, a.ffn).values():
-        print(path)
+def main(argv: list[str] | None = None) -> None:
+    export_cli(
+        __doc__,
+        {"tp": 4, "batch": 2, "seq": 32, "hidden": 32, "ffn": 128},
+        lambda tp, **_: tp,
+        export_all,
+        argv,
+    )
 
 
 if __name__ == "__main__":

@@ -5,14 +5,13 @@ Usage: python examples/ulysses/export.py --out DIR [--sp 4] [--batch 2] [--seq 3
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from hlo_export import set_device_count, shard_map_variants, write_hlo  # noqa: E402
+from hlo_export import export_cli, shard_map_variants, write_hlo  # noqa: E402
 
 
 def export_all(out_dir: Path, sp: int, batch: int, seq: int, hidden: int) -> dict[str, Path]:
@@ -31,17 +30,14 @@ def export_all(out_dir: Path, sp: int, batch: int, seq: int, hidden: int) -> dic
     return write_hlo(out_dir, variants)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--sp", type=int, default=4)
-    ap.add_argument("--batch", type=int, default=2)
-    ap.add_argument("--seq", type=int, default=32)
-    ap.add_argument("--hidden", type=int, default=64)
-    a = ap.parse_args()
-    set_device_count(a.sp)
-    for path in export_all(a.out, a.sp, a.batch, a.seq, a.hidden).values():
-        print(path)
+def main(argv: list[str] | None = None) -> None:
+    export_cli(
+        __doc__,
+        {"sp": 4, "batch": 2, "seq": 32, "hidden": 64},
+        lambda sp, **_: sp,
+        export_all,
+        argv,
+    )
 
 
 if __name__ == "__main__":
