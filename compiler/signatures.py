@@ -24,6 +24,8 @@ OP_ATTRS: dict[str, dict[str, str]] = {
     "concatenate": {"dim": "I"},
     "slice_at": {"dim": "I", "size": "I", "parts": "I"},
     "rank_index": {"kind": "S"},
+    "top_k": {"k": "I", "part": "I"},
+    "cumsum": {"dim": "I"},
     "merge": {"dim": "I", "inner": "I"},
     "split": {"dim": "I", "inner": "I"},
 }
@@ -40,6 +42,8 @@ OP_ARITY: dict[str, tuple[int, ...]] = {
     "reshape": (1,),
     "slice_at": (2,),
     "rank_index": (0,),
+    "top_k": (1,),
+    "cumsum": (1,),
     "merge": (1,),
     "split": (1,),
     "transpose": (1,),

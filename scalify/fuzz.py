@@ -519,6 +519,26 @@ def _convert(b: _Builder) -> int:
     return b.op("convert", (x,), ("f64", "bf16", "f16", "s32")[int(b.rng.integers(4))], {})
 
 
+def _top_k(b: _Builder) -> int:
+    """The k largest entries of the last dim (values or indices) of a randomly laid out x."""
+    rank = int(b.rng.integers(1, 4))
+    x = b.input(
+        tuple(b.size() for _ in range(rank)), "f32", b.operand_layout(0, rank, b.layout(rank))
+    )
+    part = int(b.rng.integers(2))
+    k = int(b.rng.integers(1, b.dist[x].shape[-1] + 1))
+    return b.op("top_k", (x,), "s32" if part else "f32", {"k": k, "part": part, "largest": True})
+
+
+def _cumsum(b: _Builder) -> int:
+    """A prefix sum along a random dim of a randomly laid out x."""
+    rank = int(b.rng.integers(1, 4))
+    x = b.input(
+        tuple(b.size() for _ in range(rank)), "f32", b.operand_layout(0, rank, b.layout(rank))
+    )
+    return b.op("cumsum", (x,), "f32", {"dim": int(b.rng.integers(rank))})
+
+
 def _collective(b: _Builder, op: str) -> int:
     rank = int(b.rng.integers(2 if op == "all_to_all" else 1, 4 if op == "all_to_all" else 3))
     shape = [b.size() for _ in range(rank)]
@@ -591,6 +611,10 @@ def generate(op: str, rng: np.random.Generator, hints: list[str | None] | None =
         )
     elif op == "convert":
         out = _convert(b)
+    elif op == "top_k":
+        out = _top_k(b)
+    elif op == "cumsum":
+        out = _cumsum(b)
     elif op in COLLECTIVE_OPS:
         out = _collective(b, op)
     else:

@@ -62,6 +62,8 @@ CANONICAL_OPS = (
         "pad",
         "iota",
         "rank_index",
+        "top_k",
+        "cumsum",
         "opaque",
     }
 )

@@ -63,7 +63,18 @@ def shape_free_nodes(graph: Graph) -> set[int]:
         }
         if not lost:
             return free
-        free -= lost
+        # Two broadcasts that meet only each other cannot both drop their sizes, but one
+        # can: keep fills of literals free (their sizes are what differs between a sharded
+        # and a baseline graph) and give the broadcasts of computed values their sizes first.
+        computed = {n for n in lost if not _of_literal(graph, n)}
+        free -= computed or lost
+
+
+def _of_literal(graph: Graph, node_id: int) -> bool:
+    """A value computed from literals only (an iota, a constant, reshapes of them)."""
+    from scalify.partition import literal_nodes
+
+    return node_id in literal_nodes(graph)
 
 
 def _anchored(graph: Graph, free: set[int]) -> set[int]:

@@ -105,6 +105,17 @@ def _explain(node: Node, dist: Graph, proven: Proven, mesh: Mesh) -> tuple[str, 
                 "exp(chunk max - global max) before the sum, and on this path it is not",
                 True,
             )
+        sharded_over = {
+            p.axis for lay in operand_layouts[0] for p in lay if p.kind == "shard"
+        } & set(axes.split(","))
+        if node.op in ("all_reduce", "reduce_scatter") and not partial and sharded_over:
+            axis = sorted(sharded_over)[0]
+            return (
+                f"{node.op} over {axes} of a value split over {axis} (each device holds a "
+                "different block, e.g. different tokens): it adds blocks that do not belong "
+                "together; a gather, or no collective, was meant",
+                True,
+            )
         if node.op in ("all_reduce", "reduce_scatter"):
             if not partial and operand_layouts[0]:
                 scale = 1

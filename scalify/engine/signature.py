@@ -96,6 +96,10 @@ def _dim_maps(node: Node, ranks: list[int], out_rank: int) -> list[list[int]]:
     if op == "merge":  # dims p, p+1 -> p: only a shard of the outer dim stays a shard
         p = a["dim"]
         return [[d if d <= p else (-1 if d == p + 1 else d - 1) for d in range(ranks[0])]]
+    if op == "top_k":  # the last dim is replaced by the k chosen entries
+        return [[d if d < ranks[0] - 1 else -1 for d in range(ranks[0])]]
+    if op == "cumsum":  # every dim stays; a shard of the summed dim is no block of the result
+        return [list(range(ranks[0]))]
     if op == "split":  # dim p -> (p, p+1): a shard of it lands on the outer part
         p = a["dim"]
         return [[d if d <= p else d + 1 for d in range(ranks[0])]]
@@ -171,6 +175,14 @@ def node_signature(
                 sliced.append(d)
                 parts.append(f"{d}:{start}:{limit}:{stride}")
         a = {**a, "sliced_dims": tuple(sliced)}
+    elif node.op == "top_k":
+        for name in ("k", "part"):
+            parts.append(f"{name}={a[name]}")
+            sig.attrs_i[name] = int(a[name])
+        parts.append(f"largest={a.get('largest', True)}")
+    elif node.op == "cumsum":
+        parts.append(f"dim={a['dim']}")
+        sig.attrs_i["dim"] = int(a["dim"])
     elif node.op == "compare":
         parts.append(f"dir={a.get('direction', '')}")
         sig.attrs_s["direction"] = str(a.get("direction", ""))

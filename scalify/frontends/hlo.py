@@ -108,6 +108,17 @@ class _BadToken(Exception):
         self.message = message
 
 
+def _window_field(window: str, name: str) -> list:
+    """`size=1x8x1` as [1, 8, 1]; `pad=0_0x7_0x0_0` as [[0, 0], [7, 0], [0, 0]]."""
+    match = re.search(rf"\b{name}=([0-9x_-]+)", window)
+    if not match:
+        return []
+    parts = match.group(1).split("x")
+    if name == "pad":
+        return [[int(v) for v in part.split("_")] for part in parts]
+    return [int(v) for v in parts]
+
+
 def _int_value(node: Node | None) -> int | None:
     """The value of a scalar integer constant node, or None."""
     if node is None or node.op != "constant" or node.shape != ():
@@ -1147,12 +1158,10 @@ class _Lowering:
             return self.opaque(ins, vals, loc, fop)
         if opcode in _COLLECTIVES:
             return self.collective(ins, vals, loc, fop)
+        if opcode == "topk" and len(_shape_leaves(shape)) == 2 and len(vals) == 1:
+            return self.top_k(ins, vals[0], loc, fop)
         if not isinstance(shape, _Array):
-            extra = None
-            if opcode == "topk":  # kept opaque for rules, but the simulator can run it
-                k = _ints(self.attr(ins, "k") or "")
-                extra = {"k": k[0] if k else 0, "largest": self.attr(ins, "largest") != "false"}
-            return self.opaque(ins, vals, loc, fop, extra)
+            return self.opaque(ins, vals, loc, fop)
         operands = tuple(vals)
 
         canonical = _ELEMENTWISE.get(opcode)
@@ -1170,6 +1179,8 @@ class _Lowering:
             }
         elif opcode == "reduce":
             return self.reduce(ins, vals, loc, fop)
+        elif opcode == "reduce-window":
+            return self.prefix_sum(ins, vals, loc, fop)
         elif opcode == "broadcast":
             attrs = {"dims": _ints(self.attr(ins, "dimensions") or "")}
         elif opcode == "reshape":
@@ -1302,6 +1313,53 @@ class _Lowering:
         if len(params) != 2 or any(comp.by_name[p].opcode != "parameter" for p in params):
             return None
         return op
+
+    def top_k(self, ins: _Instr, x: int, loc: SourceLoc | None, fop: str) -> _Value:
+        """HLO `topk`: the k largest (or smallest) entries along the last dim, and their
+        indices, as two `top_k` nodes (`part` 0 and 1)."""
+        k = _ints(self.attr(ins, "k") or "")
+        largest = self.attr(ins, "largest") != "false"
+        values, indices = _shape_leaves(ins.shape)
+        return tuple(
+            self.new(
+                "top_k",
+                (x,),
+                leaf,
+                {"k": k[0] if k else 0, "largest": largest, "part": part},
+                ins,
+                loc,
+                fop,
+            )
+            for part, leaf in enumerate((values, indices))
+        )
+
+    def prefix_sum(self, ins: _Instr, vals: list[int], loc: SourceLoc | None, fop: str) -> _Value:
+        """`reduce-window` as `jnp.cumsum` lowers it (a sum over a window as long as one dim,
+        padded before by its length minus one, stride 1) is `cumsum` along that dim; any
+        other window stays opaque."""
+        window = self.attr(ins, "window") or ""
+        sizes = _window_field(window, "size")
+        pads = _window_field(window, "pad")
+        strides = _window_field(window, "stride")
+        if (
+            len(vals) != 2
+            or self.reducer(ins) != "sum"
+            or not isinstance(ins.shape, _Array)
+            or not _is_identity(self.nodes[vals[1]], "sum")
+        ):
+            return self.opaque(ins, vals, loc, fop)
+        dims = ins.shape.dims
+        long = [d for d, n in enumerate(sizes) if n != 1]
+        if (
+            len(sizes) != len(dims)
+            or len(long) != 1
+            or sizes[long[0]] != dims[long[0]]
+            or (strides and any(n != 1 for n in strides))
+            or [tuple(p) for p in pads]
+            != [(sizes[d] - 1, 0) if d == long[0] else (0, 0) for d in range(len(dims))]
+        ):
+            return self.opaque(ins, vals, loc, fop)
+        return self.new("cumsum", (vals[0],), ins.shape, {"dim": long[0]}, ins, loc, fop)
 
     def reduce(self, ins: _Instr, vals: list[int], loc: SourceLoc | None, fop: str) -> _Value:
         op = self.reducer(ins)

@@ -237,8 +237,10 @@ def apply(node: Node, args: list[np.ndarray], operand_dtypes: list[str]) -> np.n
         ]
         index = tuple(slice(s, s + size) for s, size in zip(starts, sizes, strict=True))
         return args[0][index]
-    if op == "opaque" and node.attrs.get("hlo_op") == "topk":
+    if op == "top_k":
         return _top_k(node, args[0])
+    if op == "cumsum":
+        return np.cumsum(args[0], axis=int(node.attrs["dim"])).astype(args[0].dtype)
     raise NotSimulable(
         f"no numeric semantics for `{op}`"
         + (f" ({node.attrs.get('hlo_op')})" if op == "opaque" else "")
@@ -251,6 +253,6 @@ def _top_k(node: Node, x: np.ndarray) -> np.ndarray:
     k = int(node.attrs["k"])
     keys = -x if node.attrs.get("largest", True) else x
     order = np.argsort(keys, axis=-1, kind="stable")[..., :k]
-    if tuple(node.attrs.get("tuple_index", (0,))) == (1,):
+    if node.attrs.get("part") == 1:
         return host(order, node.dtype)
     return np.take_along_axis(x, order, axis=-1)

@@ -1,0 +1,58 @@
+"""Export the all-to-all MoE layer as HLO: the baseline, the correct body, one file a bug.
+
+Usage: python examples/moe_a2a/export.py --out DIR [--ep 4] [--tokens 8] [--hidden 16]
+       [--experts 8] [--ffn 32] [--capacity 4]
+"""
+
+from __future__ import annotations
+
+import sys
+from functools import partial
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from hlo_export import export_cli, shard_map_variants, write_hlo  # noqa: E402
+
+
+def export_all(
+    out_dir: Path, ep: int, tokens: int, hidden: int, experts: int, ffn: int, capacity: int
+) -> dict[str, Path]:
+    import jax
+    from jax.sharding import PartitionSpec as P
+
+    sys.path.insert(0, str(HERE))
+    from model import BUGS, ep_moe, moe
+
+    args = [
+        ((ep, tokens, hidden), P("ep")),  # one group of tokens per device
+        ((hidden, experts), P()),
+        ((experts, hidden, ffn), P("ep")),
+        ((experts, ffn, hidden), P("ep")),
+    ]
+    mesh = jax.make_mesh((ep,), ("ep",))
+    variants = shard_map_variants(
+        mesh,
+        partial(moe, capacity=capacity),
+        partial(ep_moe, capacity=capacity),
+        args,
+        P("ep"),
+        "ep",
+        BUGS,
+    )
+    return write_hlo(out_dir, variants)
+
+
+def main(argv: list[str] | None = None) -> None:
+    export_cli(
+        __doc__,
+        {"ep": 4, "tokens": 8, "hidden": 16, "experts": 8, "ffn": 32, "capacity": 4},
+        lambda ep, **_: ep,
+        export_all,
+        argv,
+    )
+
+
+if __name__ == "__main__":
+    main()
