@@ -4,7 +4,7 @@
 
 Sources: every rule case that must be proved, the bundled MLP example, and with --jax the
 MLP re-exported at tp = 2, 4, 8 plus the flash-decoding, sequence-parallel, Ulysses,
-scanned-stack and Mixtral examples. Prints tried / differing / caught / wrongly proved per source
+scanned-stack, all-to-all MoE and Mixtral examples. Prints tried / differing / caught / wrongly proved per source
 and in total; exits 1 if any differing mutant was proved equivalent.
 """
 
@@ -46,6 +46,12 @@ EXAMPLES = [
         "examples/scan_stack/export.py",
         ["--tp", "2", "--layers", "3"],
         ("baseline.hlo", "tp.hlo"),
+    ),
+    (
+        "moe all-to-all ep=2",
+        "examples/moe_a2a/export.py",
+        ["--ep", "2"],
+        ("baseline.hlo", "ep.hlo"),
     ),
     (
         "mixtral ep=2 tp=2",
