@@ -38,9 +38,9 @@ def fold_static_indices(graph: Graph) -> None:
             elif node.op == "dynamic_slice":
                 _static_slice(node, graph)
             continue
-        if node.op in _INT_OPS and _is_int(node.dtype):
+        if node.op in _INT_OPS and _fits(_INT_OPS[node.op](*values), node.dtype):
             _make_constant(node, _INT_OPS[node.op](*values))
-        elif node.op == "convert" and _is_int(node.dtype):
+        elif node.op == "convert" and _fits(values[0], node.dtype):
             _make_constant(node, values[0])
         elif node.op == "compare" and node.attrs.get("direction") in _COMPARE:
             _make_constant(node, int(_COMPARE[node.attrs["direction"]](*values)))
@@ -86,6 +86,15 @@ def _int_constant(node: Node) -> int | None:
         return int(text)
     except ValueError:
         return None
+
+
+def _fits(value: int, dtype: str) -> bool:
+    """An integer dtype that holds `value` exactly (no wrap-around to fold away)."""
+    if not _is_int(dtype):
+        return False
+    bits = int(dtype[1:])
+    low, high = (0, 2**bits - 1) if dtype[0] == "u" else (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
+    return low <= value <= high
 
 
 def _is_int(dtype: str) -> bool:
