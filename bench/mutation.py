@@ -4,8 +4,9 @@
 
 Sources: every rule case that must be proved, the bundled MLP example, and with --jax the
 MLP re-exported at tp = 2, 4, 8 plus the flash-decoding, sequence-parallel, Ulysses,
-scanned-stack, all-to-all MoE and Mixtral examples. Prints tried / differing / caught / wrongly proved per source
-and in total; exits 1 if any differing mutant was proved equivalent.
+scanned-stack, all-to-all MoE and Mixtral examples. Prints tried / differing / caught /
+wrongly proved per source and in total; exits 1 if any differing mutant was proved
+equivalent.
 """
 
 from __future__ import annotations

@@ -93,3 +93,38 @@ def test_identical_layers_share_a_proof_and_a_bad_layer_is_found(cli, tmp_path):
     assert bad["verdict"] == "not_equivalent"
     first = bad["suspects"][0]
     assert first["line"] == bug_line("bias_before_allreduce")
+
+
+@pytest.fixture(scope="module", params=[2, 4], ids=lambda tp: f"sp_tp{tp}")
+def sequence_parallel(request, tmp_path_factory):
+    out = tmp_path_factory.mktemp(f"llama_sp_tp{request.param}")
+    export_example(
+        LLAMA / "export.py",
+        out,
+        "--config",
+        "tiny",
+        "--tp",
+        str(request.param),
+        "--parts",
+        "sp_layers",
+    )
+    return out
+
+
+def test_sequence_parallel_decoder_stack_verifies(cli, sequence_parallel):
+    """Megatron SP: norms and residuals on sequence slices, an all-gather before and a
+    reduce-scatter after each tensor-parallel block."""
+    code, report = verify(cli, sequence_parallel, "tp")
+    assert (code, report["verdict"]) == (0, "equivalent"), report["suspects"]
+    assert report["outputs"][0]["proven"] == "shard(1, tp)"
+    assert {"all_gather_of_shard", "reduce_scatter_of_partial"} <= set(
+        report["stats"]["rules_fired"]
+    )
+
+
+@pytest.mark.parametrize("bug", ["sp_slice_not_scatter", "heads_reshape_wrong_factor"])
+def test_sequence_parallel_bug_is_caught_at_its_line(cli, sequence_parallel, bug):
+    code, report = verify(cli, sequence_parallel, f"tp_{bug}")
+    assert code == 1 and report["verdict"] == "not_equivalent"
+    first = report["suspects"][0]
+    assert (first["file"], first["line"]) == ("examples/llama/model.py", bug_line(bug))

@@ -6,7 +6,8 @@ Usage: python examples/llama/export.py --out DIR [--config tiny|8b|70b|405b] [--
 --parts full (default) exports the whole model: (params, tokens, targets) -> loss.
 --parts layers exports the decoder stack alone: (params, x) -> hidden states, x of shape
 (batch, seq, hidden) replicated, through every layer and the final RMSNorm; no embedding,
-LM head or loss, hence no device index and no gather.
+LM head or loss, hence no device index and no gather. --parts sp_layers is the same stack
+with Megatron sequence parallelism: x and the result split along the sequence.
 
 Arguments are ShapeDtypeStructs (with a NamedSharding for the tp variants), so even the
 405B config lowers without allocating a weight. The CLI sets XLA_FLAGS before jax is
@@ -50,9 +51,13 @@ def skip_reason(bug: str, cfg: LlamaConfig, tp: int, part: str = "full") -> str 
     kv-head slicing when wk/wv are sharded by in_specs) or it is a no-op at this tp.
     Such a variant is not exported: there is nothing for the verifier to find.
     """
-    from model import kv_sharded
+    from model import SP_BUGS, kv_sharded
 
     local_heads = cfg.heads // tp
+    if (part == "sp_layers") != (bug == "sp_slice_not_scatter") and (
+        part != "sp_layers" or bug not in SP_BUGS
+    ):
+        return f"{bug}'s line is not on the {part} path"
     if bug == "vocab_ce_on_gathered_logits" and part == "layers":
         return "--parts layers has no embedding, LM head or loss"
     if tp == 1:
@@ -80,7 +85,7 @@ def baseline_function(cfg: LlamaConfig, output: str = "loss") -> Callable[..., A
     import jax
     from model import decoder, llama, llama_logits
 
-    body = {"loss": llama, "logits": llama_logits, "hidden": decoder}[output]
+    body = {"loss": llama, "logits": llama_logits, "hidden": decoder, "sp_hidden": decoder}[output]
     return jax.jit(partial(body, cfg=cfg))
 
 
@@ -100,7 +105,14 @@ def tp_function(
     """
     import jax
     from jax.sharding import PartitionSpec as P
-    from model import part_params, tp_decoder, tp_llama, tp_llama_logits, tp_param_specs
+    from model import (
+        part_params,
+        sp_decoder,
+        tp_decoder,
+        tp_llama,
+        tp_llama_logits,
+        tp_param_specs,
+    )
 
     specs = tp_param_specs(cfg, mesh.shape["tp"])
     # check_vma=False: the buggy bodies break replication that out_specs claims, and JAX
@@ -113,6 +125,9 @@ def tp_function(
     elif output == "hidden":
         body = partial(tp_decoder, cfg=cfg, bug=bug, bug_layer=bug_layer)
         in_specs, out_specs = (part_params(specs, "layers"), P()), P()
+    elif output == "sp_hidden":  # the sequence split over "tp" on the way in and out
+        body = partial(sp_decoder, cfg=cfg, bug=bug, bug_layer=bug_layer)
+        in_specs, out_specs = (part_params(specs, "layers"), P(None, "tp")), P(None, "tp")
     else:
         body = partial(tp_llama, cfg=cfg, bug=bug)
         in_specs, out_specs = (specs, P(), P()), P()
@@ -168,8 +183,10 @@ def export_all(
         is_leaf=is_shape,
     )
     replicated = NamedSharding(mesh, jax.sharding.PartitionSpec())
-    if part == "layers":
-        output = "hidden"
+    if part == "sp_layers":
+        replicated = NamedSharding(mesh, jax.sharding.PartitionSpec(None, "tp"))
+    if part in ("layers", "sp_layers"):
+        output = "hidden" if part == "layers" else "sp_hidden"
         x_shape, x_dtype = (batch, seq, cfg.hidden), jnp.float32
         n_inputs = 1  # x
     else:
@@ -204,7 +221,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--config", choices=sorted(CONFIGS), default="tiny")
     ap.add_argument("--tp", type=int, default=4)
-    ap.add_argument("--parts", choices=("full", "layers"), default="full")
+    ap.add_argument("--parts", choices=("full", "layers", "sp_layers"), default="full")
     ap.add_argument("--layers", type=int, help="override the config's layer count")
     ap.add_argument("--seq", type=int, default=8)
     ap.add_argument("--batch", type=int, default=2)

@@ -12,6 +12,7 @@ report can be checked against the line that computes the wrong operation.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, Literal
 
 import jax
@@ -21,8 +22,8 @@ from jax import Array, lax
 from jax.sharding import PartitionSpec as P
 
 Params = dict[str, Any]
-Part = Literal["full", "layers"]
-PARTS: tuple[Part, ...] = ("full", "layers")
+Part = Literal["full", "layers", "sp_layers"]
+PARTS: tuple[Part, ...] = ("full", "layers", "sp_layers")
 Bug = Literal[
     "heads_reshape_wrong_factor",
     "wrong_transpose",
@@ -30,6 +31,7 @@ Bug = Literal[
     "vocab_ce_on_gathered_logits",
     "missing_mlp_allreduce",
     "kv_heads_wrong_split",
+    "sp_slice_not_scatter",
 ]
 BUGS: tuple[Bug, ...] = (
     "heads_reshape_wrong_factor",
@@ -38,6 +40,7 @@ BUGS: tuple[Bug, ...] = (
     "vocab_ce_on_gathered_logits",
     "missing_mlp_allreduce",
     "kv_heads_wrong_split",
+    "sp_slice_not_scatter",
 )
 
 
@@ -69,6 +72,18 @@ def part_params(params: Params, part: Part) -> Params:
     Works on any tree shaped like `param_shapes` (shapes, specs, arrays).
     """
     return params if part == "full" else {k: params[k] for k in ("layers", "final_norm")}
+
+
+# Bugs whose line is on the sequence-parallel path (the others sit in tp_attention / tp_mlp
+# or in the embedding and loss).
+SP_BUGS = frozenset(
+    {
+        "heads_reshape_wrong_factor",
+        "wrong_transpose",
+        "kv_heads_wrong_split",
+        "sp_slice_not_scatter",
+    }
+)
 
 
 def kv_sharded(cfg: LlamaConfig, tp: int) -> bool:
@@ -218,17 +233,18 @@ def slice_kv_head(
     return wk, wv
 
 
-def tp_attention(
-    x: Array, layer: Params, cos: Array, sin: Array, cfg: LlamaConfig, bug: Bug | None
+def attention_partial(
+    h: Array, layer: Params, cos: Array, sin: Array, cfg: LlamaConfig, bug: Bug | None
 ) -> Array:
-    b, s, _ = x.shape
+    """Column-parallel q/k/v over this device's heads, attention, row-parallel o-proj: a
+    partial sum over the devices' heads (h: normalised hidden states, whole sequence)."""
+    b, s, _ = h.shape
     hd = cfg.head_dim
     local_heads = layer["wq"].shape[1] // hd  # this device's q heads: [i*local_heads, ...)
     wk, wv = layer["wk"], layer["wv"]  # column-parallel when kv_heads >= tp
     if not kv_sharded(cfg, cfg.heads // local_heads):  # whole: slice the kv head we read
         wk, wv = slice_kv_head(wk, wv, local_heads, cfg, bug)
     local_kv = wk.shape[1] // hd  # kv_heads/tp, or the 1 shared head if kv_heads < tp
-    h = rms_norm(x, layer["attn_norm"], cfg.rms_eps)
     q = h @ layer["wq"]  # column-parallel: (B, S, local_heads * head_dim)
     if bug == "heads_reshape_wrong_factor":
         q = q.reshape(b, s, hd, local_heads).swapaxes(2, 3)  # BUG: heads_reshape_wrong_factor
@@ -244,7 +260,14 @@ def tp_attention(
         o = o.transpose(0, 2, 3, 1).reshape(b, s, local_heads * hd)  # BUG: wrong_transpose
     else:
         o = o.transpose(0, 2, 1, 3).reshape(b, s, local_heads * hd)
-    partial_sum = o @ layer["wo"]  # row-parallel: a partial sum over this device's heads
+    return o @ layer["wo"]  # row-parallel: a partial sum over this device's heads
+
+
+def tp_attention(
+    x: Array, layer: Params, cos: Array, sin: Array, cfg: LlamaConfig, bug: Bug | None
+) -> Array:
+    h = rms_norm(x, layer["attn_norm"], cfg.rms_eps)
+    partial_sum = attention_partial(h, layer, cos, sin, cfg, bug)
     if bug == "bias_before_allreduce":
         return lax.psum(x + partial_sum, "tp")  # BUG: bias_before_allreduce
     return x + lax.psum(partial_sum, "tp")  # the residual is replicated: add it once
@@ -285,6 +308,43 @@ def tp_decoder(
         here = bug if bug_layer is None or index == bug_layer else None
         x = tp_attention(x, layer, cos, sin, cfg, here)
         x = tp_mlp(x, layer, cfg, here)
+    return rms_norm(x, params["final_norm"], cfg.rms_eps)
+
+
+def sp_layer(
+    x: Array, layer: Params, cos: Array, sin: Array, cfg: LlamaConfig, bug: Bug | None
+) -> Array:
+    """One decoder layer with Megatron sequence parallelism: x is this device's slice of the
+    sequence; the norms and residual adds run on it, an all-gather along the sequence feeds
+    each column-parallel block, and a reduce-scatter along the sequence completes each
+    row-parallel one."""
+    gather = partial(lax.all_gather, axis_name="tp", axis=1, tiled=True)
+    scatter = partial(lax.psum_scatter, axis_name="tp", scatter_dimension=1, tiled=True)
+    h = gather(rms_norm(x, layer["attn_norm"], cfg.rms_eps))
+    x = x + scatter(attention_partial(h, layer, cos, sin, cfg, bug))
+    h = gather(rms_norm(x, layer["mlp_norm"], cfg.rms_eps))
+    partial_sum = swiglu(h, layer["w_gate"], layer["w_up"]) @ layer["w_down"]
+    if bug == "sp_slice_not_scatter":
+        start, n = lax.axis_index("tp") * x.shape[1], x.shape[1]
+        mine = lax.dynamic_slice_in_dim(partial_sum, start, n, 1)  # BUG: sp_slice_not_scatter
+        return x + mine
+    return x + scatter(partial_sum)
+
+
+def sp_decoder(
+    params: Params,
+    x: Array,
+    *,
+    cfg: LlamaConfig,
+    bug: Bug | None = None,
+    bug_layer: int | None = None,
+) -> Array:
+    """Per-device decoder stack with sequence parallelism: x and the result are this
+    device's slice of the sequence."""
+    cos, sin = rope_tables(x.shape[1] * lax.axis_size("tp"), cfg)
+    for index, layer in enumerate(params["layers"]):
+        here = bug if bug_layer is None or index == bug_layer else None
+        x = sp_layer(x, layer, cos, sin, cfg, here)
     return rms_norm(x, params["final_norm"], cfg.rms_eps)
 
 
