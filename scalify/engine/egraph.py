@@ -16,6 +16,7 @@ from scalify.errors import ScalifyError
 
 CHUNK = 400
 # Rounds run between two checks of the size limit; a check reads every table's size.
+REPORT_PASSES = 12
 ROUNDS_PER_CHECK = 20
 
 
@@ -69,9 +70,12 @@ class EGraphSession:
                 break
         else:
             stats.limit = f"round limit {max_rounds} reached"
+        # The report runs a bounded number of passes: a placement chain is at most a few
+        # layouts deep, and a bound keeps an e-class that holds a layout of itself (a cycle)
+        # from growing Desc facts without end.
         self.egraph.run_program(
             *self.egraph.parse_program(
-                "(run-schedule (saturate (run analysis)) (saturate (run report)))"
+                f"(run-schedule (saturate (run analysis)) (repeat {REPORT_PASSES} (run report)))"
             )
         )
         return stats
