@@ -106,7 +106,10 @@ class GraphEncoder:
 
     def term(self, node: Node) -> str:
         if node.op == "parameter":
-            label = f"{self.side}:{self.graph.input_name(node.id)}"
+            # The node id makes every input its own term: names need not be unique (compiled
+            # HLO calls every parameter `param`), and two inputs sharing a term would be one
+            # e-class, so a relation of one would hold for all of them.
+            label = f"{self.side}:{node.id}:{self.graph.input_name(node.id)}"
             return f"(Input {egg_string(label)} {egg_string(node.dtype)})"
         if node.op == "constant" and node.shape == ():
             # A rank-0 literal is the scalar fill itself; its consumers' keys fix its rank.
