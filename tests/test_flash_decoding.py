@@ -58,6 +58,14 @@ def test_split_kv_combine_verifies(exported):
     )
 
 
+def test_split_kv_combine_with_keepdims_verifies(exported):
+    """keepdims=True puts unit-dim reshapes between the max and its uses; they are moved
+    through the elementwise ops and the all-reduce, and the same rules apply."""
+    code, report = verify_json(exported / "split_baseline.hlo", exported / "split_keepdims.hlo")
+    assert (code, report["verdict"]) == (0, "equivalent")
+    assert "rescale_to_global_max_same_shape" in report["stats"]["rules_fired"]
+
+
 @pytest.mark.parametrize("bug", ["base2_weights", "max_scaled_twice", "rescale_numerator_only"])
 def test_split_kv_bug_is_caught_at_its_line(exported, bug):
     code, report = verify_json(exported / "split_baseline.hlo", exported / f"split_{bug}.hlo")

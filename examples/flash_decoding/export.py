@@ -23,7 +23,15 @@ def export_all(
     from jax.sharding import PartitionSpec as P
 
     sys.path.insert(0, str(HERE))
-    from model import BUGS, SPLIT_BUGS, attention, flash_decode, scaled_attention, split_decode
+    from model import (
+        BUGS,
+        SPLIT_BUGS,
+        attention,
+        flash_decode,
+        scaled_attention,
+        split_decode,
+        split_decode_keepdims,
+    )
 
     kv = (batch, heads, seq, head_dim)
     args = [((batch, heads, head_dim), P()), (kv, P(None, None, "tp")), (kv, P(None, None, "tp"))]
@@ -33,6 +41,10 @@ def export_all(
     )
     split = shard_map_variants(mesh, scaled_attention, split_decode, args, P(), "split", SPLIT_BUGS)
     split["split_baseline"] = split.pop("baseline")
+    keepdims = shard_map_variants(
+        mesh, scaled_attention, split_decode_keepdims, args, P(), "split_keepdims", ()
+    )
+    split["split_keepdims"] = keepdims["split_keepdims"]
     return {**written, **write_hlo(out_dir, split)}
 
 

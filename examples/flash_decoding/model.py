@@ -65,3 +65,14 @@ def split_decode(q: Array, k: Array, v: Array, *, bug: SplitBug | None = None) -
     if bug == "rescale_numerator_only":
         return numerator / lax.psum(total, "tp")[..., None]  # BUG: rescale_numerator_only
     return numerator / lax.psum(total * w, "tp")[..., None]
+
+
+def split_decode_keepdims(q: Array, k: Array, v: Array, *, bug: None = None) -> Array:
+    """The same combine written with `keepdims=True` and the rescale first (no bugs here)."""
+    s = jnp.einsum("bhd,bhsd->bhs", q * SCALE, k)
+    m = jnp.max(s, axis=-1, keepdims=True)
+    p = jnp.exp(s - m)
+    o = jnp.einsum("bhs,bhsd->bhd", p, v)
+    total = jnp.sum(p, axis=-1, keepdims=True)
+    w = jnp.exp(m - lax.pmax(m, "tp"))
+    return lax.psum(w * o, "tp") / lax.psum(w * total, "tp")

@@ -1,0 +1,98 @@
+"""Unit-dim reshapes (a `keepdims=True` reduction, a squeeze) moved through the ops between
+them, as alternative forms.
+
+`m = max(s, keepdims=True)` puts a split with a size-1 inner dim right after the reduction,
+and the ops that follow (`exp(m - g)`, an all-reduce of it) run on the 3-D value until a merge
+takes the unit dim away again. Rules match the value without the unit dim, so for each such
+merge (or split) over an elementwise op or an all-reduce, the same op over the merged
+operands enters the graph as an equal form (graph.equalities): a reshape of a size-1 dim
+commutes with elementwise ops and with collectives, which act element by element.
+"""
+
+from __future__ import annotations
+
+from .ir import COLLECTIVES, ELEMENTWISE_BINARY, ELEMENTWISE_UNARY, Graph, Node
+
+ELEMENTWISE = ELEMENTWISE_UNARY | ELEMENTWISE_BINARY | {"select", "clamp"}
+DEPTH = 4  # how many ops a unit-dim reshape is moved through
+
+
+def sink_unit_reshapes(graph: Graph, next_id: int) -> int:
+    """Add the alternative forms, each placed right after the reshape it equals (so graph
+    order stays topological and layer cuts stay where they were); returns the next free id."""
+    placed: dict[int, list[int]] = {}
+    for node in list(graph.nodes.values()):
+        if _unit_reshape(node):
+            first = next_id
+            alternative, next_id = _through(graph, node, graph.node(node.operands[0]), next_id, 0)
+            if alternative is not None:
+                graph.equalities.append((node.id, alternative))
+                placed[node.id] = list(range(first, next_id))
+    if placed:
+        added = {i for ids in placed.values() for i in ids}
+        order = [i for i in graph.nodes if i not in added]
+        nodes = {}
+        for i in order:
+            nodes[i] = graph.nodes[i]
+            for j in placed.get(i, ()):
+                nodes[j] = graph.nodes[j]
+        graph.nodes = nodes
+    return next_id
+
+
+def _unit_reshape(node: Node) -> bool:
+    return node.op in ("merge", "split") and node.attrs.get("inner") == 1
+
+
+def _through(
+    graph: Graph, reshape: Node, operand: Node, next_id: int, depth: int
+) -> tuple[int | None, int]:
+    """`reshape(op(a, b))` as `op(reshape(a), reshape(b))`: the new node's id, or None."""
+    movable = operand.op in ELEMENTWISE or (
+        operand.op in COLLECTIVES and operand.op in ("all_reduce",)
+    )
+    if depth >= DEPTH or not movable:
+        return None, next_id
+    if any(graph.node(o).shape != operand.shape for o in operand.operands):
+        return None, next_id
+    moved = []
+    for o in operand.operands:
+        inner = graph.node(o)
+        deeper, next_id = _through(graph, reshape, inner, next_id, depth + 1)
+        if deeper is None and inner.op == "broadcast" and not inner.attrs.get("dims"):
+            # a scalar fill: fill the new shape instead (the old fill keeps only elementwise
+            # users, so its term stays size-free)
+            deeper, next_id = _add(
+                graph, inner, "broadcast", inner.operands, next_id, inner.attrs, reshape.shape
+            )
+        if deeper is None:
+            deeper, next_id = _add(
+                graph, reshape, reshape.op, (o,), next_id, reshape.attrs, dtype=inner.dtype
+            )
+        moved.append(deeper)
+    return _add(graph, operand, operand.op, tuple(moved), next_id, operand.attrs, reshape.shape)
+
+
+def _add(
+    graph: Graph,
+    like: Node,
+    op: str,
+    operands: tuple[int, ...],
+    next_id: int,
+    attrs: dict,
+    shape: tuple[int, ...] | None = None,
+    dtype: str | None = None,
+) -> tuple[int, int]:
+    node = Node(
+        next_id,
+        op,
+        operands,
+        like.shape if shape is None else shape,
+        dtype or like.dtype,
+        dict(attrs),
+        like.loc,
+        f"{like.name}.unit",
+        like.framework_op,
+    )
+    graph.nodes[next_id] = node
+    return next_id, next_id + 1
