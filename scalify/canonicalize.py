@@ -10,7 +10,6 @@ from __future__ import annotations
 from .all_to_all import fold_tiled_all_to_all
 from .ir import Graph, Node
 from .static_indices import fold_static_indices
-from .unit_dims import sink_unit_reshapes
 
 
 def _is_identity(node: Node, operand: Node) -> bool:
@@ -169,7 +168,6 @@ def canonicalize(graph: Graph) -> Graph:
                 nodes[step.id] = step
             graph.equalities.append((node.id, alternative[-1].id))
     graph.nodes = nodes
-    sink_unit_reshapes(graph, next_id)
     return _prune(graph)
 
 

@@ -1,5 +1,5 @@
 """Unit-dim reshapes (a `keepdims=True` reduction, a squeeze) moved through the ops between
-them, as alternative forms.
+them, as alternative forms, derived from a graph as it is proved (`with_unit_alternatives`).
 
 `m = max(s, keepdims=True)` puts a split with a size-1 inner dim right after the reduction,
 and the ops that follow (`exp(m - g)`, an all-reduce of it) run on the 3-D value until a merge
@@ -11,10 +11,21 @@ commutes with elementwise ops and with collectives, which act element by element
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from .ir import COLLECTIVES, ELEMENTWISE_BINARY, ELEMENTWISE_UNARY, Graph, Node
 
 ELEMENTWISE = ELEMENTWISE_UNARY | ELEMENTWISE_BINARY | {"select", "clamp"}
 DEPTH = 4  # how many ops a unit-dim reshape is moved through
+
+
+def with_unit_alternatives(graph: Graph) -> Graph:
+    """A copy of `graph` holding the alternative forms. They are derived when a graph is
+    proved, never stored in it: a form copies the computation it moves through, so it must
+    be made from the graph exactly as it stands (a mutated or cut graph included)."""
+    copy = replace(graph, nodes=dict(graph.nodes), equalities=list(graph.equalities), derived={})
+    sink_unit_reshapes(copy, max(copy.nodes, default=-1) + 1)
+    return copy
 
 
 def sink_unit_reshapes(graph: Graph, next_id: int) -> int:

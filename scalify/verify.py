@@ -43,6 +43,7 @@ from .relations import (
 )
 from .report.model import EQUIVALENT, NOT_EQUIVALENT, UNKNOWN, OutputResult, Report, Suspect
 from .simulate import NotSimulable, simulate
+from .unit_dims import with_unit_alternatives
 
 # Graphs below this size are proved whole; partitioning pays off on deep stacks.
 PARTITION_MIN_NODES = 400
@@ -210,6 +211,8 @@ def prove(
     signatures: dict = {}
     commands = vocabulary_facts(mesh, [base, dist])
     commands.append(rules_program)
+    base_ids, dist_ids = set(base.nodes), set(dist.nodes)
+    base, dist = with_unit_alternatives(base), with_unit_alternatives(dist)
     commands += GraphEncoder(base, "b", mesh, signatures).commands()
     commands += GraphEncoder(dist, "d", mesh, signatures).commands()
     commands += signature_facts(signatures)
@@ -217,7 +220,13 @@ def prove(
     session.feed(commands)
     stats = session.saturate(limits.max_rounds, limits.node_limit)
     relations, replicated = read_proof(session)
-    return Proof(relations, replicated, stats)
+    # Only the graphs' own nodes: the alternative forms are the proof's, not the report's.
+    relations = {
+        d: {(lay, b) for lay, b in rels if b in base_ids}
+        for d, rels in relations.items()
+        if d in dist_ids
+    }
+    return Proof({d: r for d, r in relations.items() if r}, replicated & dist_ids, stats)
 
 
 @dataclass
