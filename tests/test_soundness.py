@@ -118,3 +118,26 @@ def test_collective_over_devices_outside_the_mesh_is_not_simulated():
     node = Node(0, "all_reduce", (), (4,), "f32", {"groups": ((0, 1, 2, 3, 4, 5, 6, 7),)})
     with pytest.raises(NotSimulable, match="beyond the mesh"):
         _groups(node, parse_mesh("tp=4"))
+
+
+@pytest.mark.parametrize(
+    ("script", "args", "files"),
+    [
+        ("flash_decoding", ["--tp", "2"], ("split_baseline.hlo", "split_keepdims.hlo")),
+        ("sp", ["--tp", "2"], ("baseline.hlo", "sp.hlo")),
+    ],
+    ids=["split_kv_keepdims", "megatron_sp"],
+)
+def test_no_mutant_of_an_exported_example_is_proved(tmp_path, script, args, files):
+    """Mutants of JAX-exported examples (norms with keepdims, split-KV rescales): the
+    alternative forms the engine derives must follow every mutation."""
+    pytest.importorskip("jax")
+    from conftest import export_example
+
+    out = export_example(REPO / "examples" / script / "export.py", tmp_path, *args)
+    rules = compile_rule_dir(REPO / "rules")
+    total = MutationScore()
+    for _, base, dist, mesh, given in hlo_pairs(out, *files):
+        total.add(score(base, dist, rules, mesh, given))
+    assert total.wrongly_proved == []
+    assert total.differing >= 5
