@@ -28,6 +28,14 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(EXIT_BAD_INPUT)
 
 
+def _positive(text: str) -> int:
+    """An integer of at least 1 (argparse turns the ValueError into a usage error)."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number of at least 1, got {value}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="scalify", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -59,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument(
         "-j",
         "--jobs",
-        type=int,
+        type=_positive,
         default=1,
         metavar="N",
         help="prove distinct layers in N processes at once (default 1: fits 2 cores)",
@@ -135,7 +143,7 @@ def _verify(args: argparse.Namespace) -> int:
             args.node_limit,
             not args.no_simulate,
             progress=sys.stderr.isatty() and not args.quiet,
-            jobs=max(1, args.jobs),
+            jobs=args.jobs,
         ),
     )
     text = render(report, args.format)

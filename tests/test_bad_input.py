@@ -70,3 +70,10 @@ def test_usage_error(cli):
     result = cli("verify", BASE)
     assert result.code == 2
     assert "usage:" in result.err
+
+
+def test_jobs_must_be_at_least_one(cli):
+    hlo = MLP / "hlo"
+    result = cli("verify", str(hlo / "baseline.hlo"), str(hlo / "tp.hlo"), "-j", "0")
+    assert result.code == 2
+    assert "at least 1" in result.err

@@ -18,19 +18,17 @@ def bug_line(name: str) -> int:
     return example_bug_line(name, LLAMA / "model.py")
 
 
+def export_tiny(out, tp: int, parts: str, *extra: str):
+    """The tiny config's decoder stack (`parts`: layers or sp_layers) at this tp."""
+    return export_example(
+        LLAMA / "export.py", out, "--config", "tiny", "--tp", str(tp), "--parts", parts, *extra
+    )
+
+
 @pytest.fixture(scope="module", params=[2, 4, 8], ids=lambda tp: f"tp{tp}")
 def exported(request, tmp_path_factory):
     out = tmp_path_factory.mktemp(f"llama_tp{request.param}")
-    export_example(
-        LLAMA / "export.py",
-        out,
-        "--config",
-        "tiny",
-        "--tp",
-        str(request.param),
-        "--parts",
-        "layers",
-    )
+    export_tiny(out, request.param, "layers")
     return request.param, out
 
 
@@ -70,14 +68,9 @@ def test_bug_is_caught_at_its_line(cli, exported, bug):
 def test_identical_layers_share_a_proof_and_a_bad_layer_is_found(cli, tmp_path):
     """Four layers: the correct stack proves one layer and reuses it; with the bug in the
     last layer only, the report still names the bug's line."""
-    export_example(
-        LLAMA / "export.py",
+    export_tiny(
         tmp_path,
-        "--config",
-        "tiny",
-        "--tp",
-        "2",
-        "--parts",
+        2,
         "layers",
         "--layers",
         "4",
@@ -97,18 +90,9 @@ def test_identical_layers_share_a_proof_and_a_bad_layer_is_found(cli, tmp_path):
 
 @pytest.fixture(scope="module", params=[2, 4], ids=lambda tp: f"sp_tp{tp}")
 def sequence_parallel(request, tmp_path_factory):
-    out = tmp_path_factory.mktemp(f"llama_sp_tp{request.param}")
-    export_example(
-        LLAMA / "export.py",
-        out,
-        "--config",
-        "tiny",
-        "--tp",
-        str(request.param),
-        "--parts",
-        "sp_layers",
+    return export_tiny(
+        tmp_path_factory.mktemp(f"llama_sp_tp{request.param}"), request.param, "sp_layers"
     )
-    return out
 
 
 def test_sequence_parallel_decoder_stack_verifies(cli, sequence_parallel):

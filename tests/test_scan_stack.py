@@ -68,3 +68,41 @@ def test_only_loops_with_a_static_trip_count_are_unrolled(tmp_path):
     assert [n.op for n in unrolled.nodes.values()].count("tanh") == 3
     dynamic = parse_graph_text(LOOP.replace("BOUND", "i").replace("(i, i)", "(i, i)"), "d.hlo")
     assert any(n.op == "opaque" for n in dynamic.nodes.values())
+
+
+def test_a_loop_too_large_to_unroll_stays_opaque():
+    from scalify.frontends import parse_graph_text
+
+    huge = LOOP.replace("BOUND", "k").replace(
+        "  ROOT lt", "  k = s32[] constant(100000)\n  ROOT lt"
+    )
+    graph = parse_graph_text(huge, "huge.hlo")
+    assert [n.op for n in graph.nodes.values()].count("tanh") == 0
+    assert any(n.op == "opaque" for n in graph.nodes.values())
+
+
+SLICED = """HloModule {name}
+ENTRY main {{
+  w = f32[4,8] parameter(0)
+  s = f32[1,8] slice(w), slice={{[{start}:{stop}], [0:8]}}
+  ROOT t = f32[1,8] tanh(s)
+}}
+"""
+
+
+def test_slice_offsets_key_relative_to_the_segment_but_never_apart():
+    """Layer k's slices key like layer 0's when both graphs slice the same layer; a
+    distributed slice of another layer than the baseline's keys differently."""
+    from scalify.frontends import parse_graph_text
+    from scalify.partition import structural_key
+
+    def key(base_start: int, dist_start: int) -> str:
+        base, dist = (
+            parse_graph_text(SLICED.format(name=n, start=k, stop=k + 1), f"{n}.hlo")
+            for n, k in (("b", base_start), ("d", dist_start))
+        )
+        return structural_key(base, dist, [])
+
+    assert key(1, 1) == key(2, 2)
+    assert key(1, 2) != key(1, 1)
+    assert key(1, 2) != key(2, 1)

@@ -163,8 +163,9 @@ def _array_of(token: Token) -> _Array:
 
 _KEY_CACHE: dict[str, str] = {}
 _LITERAL_OPCODES = frozenset({"constant", "parameter"})
-# A loop with more iterations than this stays opaque rather than being unrolled.
-MAX_UNROLLED_ITERATIONS = 1024
+# A loop whose unrolled body would exceed this many instructions (iterations times the
+# body's size, the computations it calls included) stays opaque rather than being unrolled.
+MAX_UNROLLED_INSTRUCTIONS = 200_000
 
 
 def _attr_key(token: Token) -> str:
@@ -1215,12 +1216,26 @@ class _Lowering:
         Any other loop stays opaque."""
         cond, body = self.called(ins, "condition"), self.called(ins, "body")
         trip = self.trip_count(cond, body, init)
-        if trip is None or trip > MAX_UNROLLED_ITERATIONS:
+        if trip is None or trip * self.lowered_size(body) > MAX_UNROLLED_INSTRUCTIONS:
             return self.opaque(ins, [init], loc, fop)
         carried = init
         for _ in range(trip):
             carried = self.evaluate(body, [carried], loc)
         return carried
+
+    def lowered_size(self, comp: _Comp, seen: frozenset[str] = frozenset()) -> int:
+        """Instructions that lowering `comp` goes through, the computations it calls (and
+        loops it contains, once) included."""
+        total = 0
+        for ins in comp.order:
+            total += 1
+            for key in ("to_apply", "calls", "body"):
+                if self.attr(ins, key) is None:
+                    continue
+                callee = self.called(ins, key)  # the same lookup lowering does
+                if callee.name not in seen:
+                    total += self.lowered_size(callee, seen | {comp.name})
+        return total
 
     def trip_count(self, cond: _Comp, body: _Comp, init: _Value) -> int | None:
         """Iterations of `while (carried[k] < N) { carried[k] += 1; ... }`, or None."""
