@@ -26,6 +26,10 @@ OP_ATTRS: dict[str, dict[str, str]] = {
     "rank_index": {"kind": "S"},
     "top_k": {"k": "I", "part": "I"},
     "cumsum": {"dim": "I"},
+    "take": {"dim": "I", "index_out": "S"},
+    "take_along": {"dim": "I", "index_out": "S"},
+    "in_block": {"size": "I"},
+    "block_offset": {"size": "I"},
     "merge": {"dim": "I", "inner": "I"},
     "split": {"dim": "I", "inner": "I"},
 }
@@ -50,6 +54,10 @@ OP_ARITY: dict[str, tuple[int, ...]] = {
     "slice": (1,),
     "concatenate": (2, 3),
     "pad": (2,),
+    "take": (2,),
+    "take_along": (2,),
+    "in_block": (2,),
+    "block_offset": (2,),
 }
 
 # `splat(c)`: a scalar broadcast to whatever shape its elementwise user has.

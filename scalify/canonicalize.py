@@ -8,6 +8,8 @@ noise. Every rewrite is an identity, so the graph's meaning is unchanged.
 from __future__ import annotations
 
 from .all_to_all import fold_tiled_all_to_all
+from .block_lookup import fold_block_lookups
+from .int_ranges import fold_int_ranges
 from .ir import Graph, Node
 from .static_indices import fold_static_indices
 
@@ -143,6 +145,8 @@ def canonicalize(graph: Graph) -> Graph:
     fold_tiled_all_to_all(graph)
     _fold(graph)
     fold_static_indices(graph)
+    fold_int_ranges(graph)
+    fold_block_lookups(graph)
     _index_arithmetic(graph)
     next_id = max(graph.nodes, default=-1) + 1
     nodes: dict[int, Node] = {}

@@ -64,6 +64,10 @@ CANONICAL_OPS = (
         "rank_index",
         "top_k",
         "cumsum",
+        "take",
+        "take_along",
+        "in_block",
+        "block_offset",
         "opaque",
     }
 )

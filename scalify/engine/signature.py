@@ -100,6 +100,14 @@ def _dim_maps(node: Node, ranks: list[int], out_rank: int) -> list[list[int]]:
         return [[d if d < ranks[0] - 1 else -1 for d in range(ranks[0])]]
     if op == "cumsum":  # every dim stays; a shard of the summed dim is no block of the result
         return [list(range(ranks[0]))]
+    if op == "take":  # the index dims first, then the table's dims but the looked-up one
+        d, n = a["dim"], ranks[1]
+        return [[-1 if e == d else n + e - (e > d) for e in range(ranks[0])], list(range(n))]
+    if op == "take_along":  # the looked-up dim is the index's; every other dim stays
+        d = a["dim"]
+        return [[-1 if e == d else e for e in range(ranks[0])], list(range(ranks[1]))]
+    if op in ("in_block", "block_offset"):  # elementwise over the index; a scalar block
+        return [list(range(ranks[0])), []]
     if op == "split":  # dim p -> (p, p+1): a shard of it lands on the outer part
         p = a["dim"]
         return [[d if d <= p else d + 1 for d in range(ranks[0])]]
@@ -183,6 +191,13 @@ def node_signature(
     elif node.op == "cumsum":
         parts.append(f"dim={a['dim']}")
         sig.attrs_i["dim"] = int(a["dim"])
+    elif node.op in ("take", "take_along"):
+        parts.append(f"dim={a['dim']}")
+        sig.attrs_i["dim"] = int(a["dim"])
+        sig.attrs_s["index_out"] = _ints(range(ranks[1]))  # where the index dims land
+    elif node.op in ("in_block", "block_offset"):
+        parts.append(f"size={a['size']}")
+        sig.attrs_i["size"] = int(a["size"])
     elif node.op == "compare":
         parts.append(f"dir={a.get('direction', '')}")
         sig.attrs_s["direction"] = str(a.get("direction", ""))

@@ -657,6 +657,63 @@ def _literal(raw: str) -> str:
     return re.sub(r"\s+", "", text)
 
 
+_GATHER_FIELDS = (
+    "offset_dims",
+    "collapsed_slice_dims",
+    "start_index_map",
+    "index_vector_dim",
+    "slice_sizes",
+    "operand_batching_dims",
+    "start_indices_batching_dims",
+)
+
+
+def _gather_form(
+    f: dict[str, tuple[int, ...]],
+    table: tuple[int, ...],
+    index: tuple[int, ...],
+    out: tuple[int, ...],
+) -> tuple[str, int, tuple[int, ...], tuple[int, ...] | None] | None:
+    """(op, dim, index shape without its vector dim, transpose to HLO's order or None) of a
+    gather that is a `take` or a `take_along`, else None."""
+    if len(f["start_index_map"]) != 1 or f["collapsed_slice_dims"] != f["start_index_map"]:
+        return None
+    (dim,) = f["start_index_map"]
+    vector_dim = f["index_vector_dim"][0] if f["index_vector_dim"] else len(index)
+    if vector_dim == len(index):
+        batch_shape = index
+    elif vector_dim == len(index) - 1 and index[-1] == 1:
+        batch_shape = index[:-1]
+    else:
+        return None
+    others = [e for e in range(len(table)) if e != dim]
+    if not f["operand_batching_dims"]:  # take: whole slices
+        if f["start_indices_batching_dims"] or list(f["slice_sizes"]) != [
+            1 if e == dim else n for e, n in enumerate(table)
+        ]:
+            return None
+        offsets = list(f["offset_dims"])
+        if len(offsets) != len(others) or len(out) != len(batch_shape) + len(others):
+            return None
+        batch_positions = [p for p in range(len(out)) if p not in offsets]
+        perm = tuple(
+            len(batch_shape) + offsets.index(p) if p in offsets else batch_positions.index(p)
+            for p in range(len(out))
+        )
+        return "take", dim, batch_shape, None if perm == tuple(range(len(out))) else perm
+    if (  # take_along: one entry per row, every other dim a batch dim of both
+        list(f["operand_batching_dims"]) != others
+        or list(f["start_indices_batching_dims"]) != others
+        or f["offset_dims"]
+        or any(n != 1 for n in f["slice_sizes"])
+        or len(batch_shape) != len(table)
+        or tuple(out) != tuple(batch_shape)
+        or any(batch_shape[e] != table[e] for e in others)
+    ):
+        return None
+    return "take_along", dim, batch_shape, None
+
+
 def _literal_number(text: str) -> float | None:
     low = text.lower()
     if low == "true":
@@ -712,6 +769,8 @@ def _is_identity(node: Node, op: str) -> bool:
         return value == 0
     if op == "prod":
         return value == 1
+    if op in ("and", "or"):
+        return value == (1 if op == "and" else 0)
     bounds = _dtype_range(node.dtype)
     if op == "max":
         return value == -math.inf or (bounds is not None and _close(value, bounds[0]))
@@ -769,7 +828,14 @@ _ELEMENTWISE = {
     "select": "select",
     "clamp": "clamp",
 }
-_REDUCERS = {"add": "sum", "multiply": "prod", "maximum": "max", "minimum": "min"}
+_REDUCERS = {
+    "add": "sum",
+    "multiply": "prod",
+    "maximum": "max",
+    "minimum": "min",
+    "and": "and",
+    "or": "or",
+}
 _IDENTITY_TARGETS = frozenset(
     {
         "Sharding",
@@ -1159,6 +1225,8 @@ class _Lowering:
             return self.opaque(ins, vals, loc, fop)
         if opcode in _COLLECTIVES:
             return self.collective(ins, vals, loc, fop)
+        if opcode == "gather" and len(vals) == 2 and isinstance(shape, _Array):
+            return self.gather(ins, vals, shape, loc, fop)
         if opcode == "topk" and len(_shape_leaves(shape)) == 2 and len(vals) == 1:
             return self.top_k(ins, vals[0], loc, fop)
         if not isinstance(shape, _Array):
@@ -1347,6 +1415,36 @@ class _Lowering:
             )
             for part, leaf in enumerate((values, indices))
         )
+
+    def gather(
+        self, ins: _Instr, vals: list[int], shape: _Array, loc: SourceLoc | None, fop: str
+    ) -> _Value:
+        """HLO `gather` in the two forms lookups lower to: whole slices of a table along one dim
+        (`take`: jnp.take, x[idx], an embedding) and one entry per row along a dim
+        (`take_along`: take_along_axis, torch.gather). HLO clamps every index into range, and
+        so do both ops. Any other gather stays opaque."""
+        table, index = (self.nodes[v] for v in vals)
+        form = _gather_form(
+            {key: _ints(self.attr(ins, key) or "") for key in _GATHER_FIELDS},
+            table.shape,
+            index.shape,
+            shape.dims,
+        )
+        if form is None:
+            return self.opaque(ins, vals, loc, fop)
+        op, dim, batch_shape, perm = form
+        index_id = vals[1]
+        if batch_shape != index.shape:  # drop the index vector dim (of size 1)
+            index_id = self.new(
+                "reshape", (index_id,), _Array(index.dtype, batch_shape), {}, ins, loc, fop
+            )
+        if perm is None:
+            return self.new(op, (vals[0], index_id), shape, {"dim": dim}, ins, loc, fop)
+        canonical = tuple(shape.dims[perm.index(i)] for i in range(len(perm)))
+        taken = self.new(
+            op, (vals[0], index_id), _Array(shape.dtype, canonical), {"dim": dim}, ins, loc, fop
+        )
+        return self.new("transpose", (taken,), shape, {"perm": perm}, ins, loc, fop)
 
     def prefix_sum(self, ins: _Instr, vals: list[int], loc: SourceLoc | None, fop: str) -> _Value:
         """`reduce-window` as `jnp.cumsum` lowers it (a sum over a window as long as one dim,

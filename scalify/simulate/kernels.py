@@ -120,8 +120,15 @@ _BINARY = {
     "rem": np.fmod,
 }
 
-REDUCERS = {"sum": np.add, "max": np.maximum, "min": np.minimum, "prod": np.multiply}
-IDENTITY = {"sum": 0.0, "max": -np.inf, "min": np.inf, "prod": 1.0}
+REDUCERS = {
+    "sum": np.add,
+    "max": np.maximum,
+    "min": np.minimum,
+    "prod": np.multiply,
+    "and": np.logical_and,
+    "or": np.logical_or,
+}
+IDENTITY = {"sum": 0.0, "max": -np.inf, "min": np.inf, "prod": 1.0, "and": True, "or": False}
 
 
 def _dot(node: Node, lhs: np.ndarray, rhs: np.ndarray) -> np.ndarray:
@@ -241,10 +248,30 @@ def apply(node: Node, args: list[np.ndarray], operand_dtypes: list[str]) -> np.n
         return _top_k(node, args[0])
     if op == "cumsum":
         return np.cumsum(args[0], axis=int(node.attrs["dim"])).astype(args[0].dtype)
+    if op in ("take", "take_along"):
+        return _take(node, args[0], args[1])
+    if op in ("in_block", "block_offset"):
+        size = int(node.attrs["size"])
+        start = args[1] * size
+        if op == "in_block":
+            return (args[0] >= start) & (args[0] < start + size)
+        return np.clip(args[0] - start, 0, size - 1)
     raise NotSimulable(
         f"no numeric semantics for `{op}`"
         + (f" ({node.attrs.get('hlo_op')})" if op == "opaque" else "")
     )
+
+
+def _take(node: Node, table: np.ndarray, index: np.ndarray) -> np.ndarray:
+    """`take`: whole slices of the table along `dim`, the index dims first; `take_along`:
+    one entry per row along `dim`. Indices are clamped into range, as HLO gather does."""
+    dim = int(node.attrs["dim"])
+    index = np.clip(index, 0, table.shape[dim] - 1)
+    if node.op == "take_along":
+        return np.take_along_axis(table, index, axis=dim)
+    taken = np.take(table, index, axis=dim)
+    moved = list(range(dim, dim + index.ndim))
+    return np.moveaxis(taken, moved, list(range(index.ndim)))
 
 
 def _top_k(node: Node, x: np.ndarray) -> np.ndarray:

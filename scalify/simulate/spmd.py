@@ -30,6 +30,9 @@ def random_input(node: Node, rng: np.random.Generator) -> np.ndarray:
         return rng.random(node.shape) < 0.5
     if node.dtype.startswith(("f", "bf")):
         return rng.standard_normal(node.shape)
+    if "assumed_range" in node.attrs:  # a lookup index: only values in range are meant
+        lo, hi = node.attrs["assumed_range"]
+        return host(rng.integers(lo, hi + 1, size=node.shape), node.dtype)
     return host(rng.integers(-4, 5, size=node.shape), node.dtype)
 
 

@@ -1,0 +1,266 @@
+"""Integer ranges: fold the index checks a lookup carries when its index is known in range.
+
+Framework lookups guard their indices: JAX wraps a negative index (`i < 0 ? i + n : i`),
+checks bounds and fills NaN outside them, and clamps; a vocab-parallel lookup clips its
+local index into the local table. Over the ranges integer values provably have, most of
+these tests are decided, and folding them leaves the lookup itself (`take(table, index)`),
+which rules can relate.
+
+One assumption is made, and recorded on the graph: an integer input that a lookup uses as
+its index (directly, or through JAX's wrap of negative indices) lies in the table's range
+`[0, rows)`. That is the contract of every embedding and label lookup; without it the
+baseline's own result for such an index is a NaN fill or a clamped row, which no parallel
+form reproduces. The simulator draws such inputs from that range.
+
+Reasoning is exact: a range is only narrowed by ops whose result provably fits the dtype,
+and a test is folded only when every value in the ranges decides it the same way.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .ir import Graph, Node
+
+Range = tuple[float, float]  # lo, hi; +-inf when unbounded
+
+_UNARY_SAME = {"broadcast", "reshape", "merge", "split", "transpose", "slice", "copy"}
+
+
+def fold_int_ranges(graph: Graph) -> None:
+    """Record assumed input ranges, then fold tests and clamps that the ranges decide."""
+    assumed = lookup_index_inputs(graph)
+    for node_id, (lo, hi) in assumed.items():
+        graph.nodes[node_id].attrs["assumed_range"] = (lo, hi)
+    ranges: dict[int, Range] = {}
+    truth: dict[int, bool] = {}
+    alias: dict[int, int] = {}
+    nodes: dict[int, Node] = {}
+    next_id = max(graph.nodes, default=-1) + 1
+    for node in graph.nodes.values():
+        node.operands = tuple(alias.get(o, o) for o in node.operands)
+        target = _folded(node, nodes, ranges, truth)
+        if isinstance(target, bool):  # before int: a bool is an int
+            nodes.update({n.id: n for n in _pred_constant(node, target, next_id)})
+            next_id += 1
+            truth[node.id] = target
+            nodes[node.id] = node
+            continue
+        if isinstance(target, int):
+            alias[node.id] = target
+            continue
+        nodes[node.id] = node
+        value = _range(node, nodes, ranges, truth)
+        if value is not None and is_int_dtype(node.dtype) and _fits(value, node.dtype):
+            ranges[node.id] = value
+        known = _truth(node, nodes, truth)
+        if known is not None:
+            truth[node.id] = known
+    graph.nodes = nodes
+    graph.outputs = [alias.get(o, o) for o in graph.outputs]
+    graph.equalities = [(alias.get(a, a), alias.get(b, b)) for a, b in graph.equalities]
+    graph.output_shardings = {alias.get(k, k): v for k, v in graph.output_shardings.items()}
+
+
+def lookup_index_inputs(graph: Graph) -> dict[int, tuple[int, int]]:
+    """Integer inputs used as a lookup's index, with the range [0, rows - 1] they are
+    assumed to lie in (the tightest over every lookup that uses them)."""
+    assumed: dict[int, tuple[int, int]] = {}
+    for node in graph.nodes.values():
+        if node.op not in ("take", "take_along"):
+            continue
+        rows = graph.nodes[node.operands[0]].shape[int(node.attrs["dim"])]
+        source = _unwrapped(graph, node.operands[1])
+        if graph.nodes[source].op == "parameter" and is_int_dtype(graph.nodes[source].dtype):
+            lo, hi = assumed.get(source, (0, rows - 1))
+            assumed[source] = (lo, min(hi, rows - 1))
+    return assumed
+
+
+def _unwrapped(graph: Graph, node_id: int) -> int:
+    """The index under reshapes, casts and JAX's `i < 0 ? i + n : i`."""
+    while True:
+        node = graph.nodes[node_id]
+        if node.op in ("reshape", "convert") and is_int_dtype(graph.nodes[node.operands[0]].dtype):
+            node_id = node.operands[0]
+            continue
+        if node.op == "select":
+            test, wrapped, plain = (graph.nodes[o] for o in node.operands)
+            if (
+                test.op == "compare"
+                and test.attrs.get("direction") == "LT"
+                and test.operands[0] == plain.id
+                and wrapped.op == "add"
+                and plain.id in wrapped.operands
+            ):
+                node_id = plain.id
+                continue
+        return node_id
+
+
+def _folded(
+    node: Node, nodes: dict[int, Node], ranges: dict[int, Range], truth: dict[int, bool]
+) -> int | bool | None:
+    """What the node folds to: an operand id it equals, a decided truth value, or None."""
+    ops = node.operands
+    if node.op == "compare" and len(ops) == 2:
+        return _decide(node.attrs.get("direction", ""), ranges.get(ops[0]), ranges.get(ops[1]))
+    if node.op == "select" and ops[0] in truth:
+        return ops[1] if truth[ops[0]] else ops[2]
+    if node.op in ("and", "or") and len(ops) == 2:
+        absorbing = node.op == "or"  # true absorbs an or, false an and
+        for mine, other in ((ops[0], ops[1]), (ops[1], ops[0])):
+            if mine in truth and nodes[mine].shape == node.shape:
+                if truth[mine] == absorbing:
+                    return absorbing
+                if nodes[other].shape == node.shape:
+                    return other
+    if node.op in ("min", "max") and len(ops) == 2:
+        a, b = ranges.get(ops[0]), ranges.get(ops[1])
+        if a is not None and b is not None:
+            first, second = (a, b) if node.op == "min" else ((-b[1], -b[0]), (-a[1], -a[0]))
+            if first[1] <= second[0] and nodes[ops[0]].shape == node.shape:
+                return ops[0] if node.op == "min" else ops[1]
+            if second[1] <= first[0] and nodes[ops[1]].shape == node.shape:
+                return ops[1] if node.op == "min" else ops[0]
+    if node.op == "clamp" and len(ops) == 3:
+        low, x, high = (ranges.get(o) for o in ops)
+        if low and x and high and low[1] <= x[0] and x[1] <= high[0]:
+            return ops[1]
+    if node.op == "reduce" and node.attrs.get("op") in ("and", "or") and ops[0] in truth:
+        if len(ops) == 1 or ops[1] in truth:
+            values = [truth[o] for o in ops]
+            return all(values) if node.attrs["op"] == "and" else any(values)
+    return None
+
+
+def _decide(direction: str, a: Range | None, b: Range | None) -> bool | None:
+    """The compare's result when every pair of values in the ranges gives the same one."""
+    if a is None or b is None:
+        return None
+    always_less, never_less = a[1] < b[0], a[0] >= b[1]
+    always_le, never_le = a[1] <= b[0], a[0] > b[1]
+    table = {
+        "LT": (always_less, never_less),
+        "LE": (always_le, never_le),
+        "GT": (never_le, always_le),
+        "GE": (never_less, always_less),
+        "EQ": (a[0] == a[1] == b[0] == b[1], always_less or never_le),
+        "NE": (always_less or never_le, a[0] == a[1] == b[0] == b[1]),
+    }
+    if direction not in table:
+        return None
+    yes, no = table[direction]
+    return True if yes else False if no else None
+
+
+def _pred_constant(node: Node, value: bool, new_id: int) -> list[Node]:
+    """Turn `node` into the constant `value` (a scalar, or a broadcast of one)."""
+    literal = "true" if value else "false"
+    if not node.shape:
+        node.op, node.operands, node.attrs = "constant", (), {"value": literal}
+        return []
+    scalar = Node(new_id, "constant", (), (), "pred", {"value": literal}, node.loc, node.name)
+    node.op, node.operands, node.attrs = "broadcast", (new_id,), {"dims": ()}
+    return [scalar]
+
+
+def _truth(node: Node, nodes: dict[int, Node], truth: dict[int, bool]) -> bool | None:
+    if node.dtype != "pred":
+        return None
+    if node.op == "constant" and not node.shape:
+        text = str(node.attrs.get("value", "")).lower()
+        return {"true": True, "false": False}.get(text)
+    if node.op in _UNARY_SAME and node.operands and node.operands[0] in truth:
+        return truth[node.operands[0]]
+    return None
+
+
+def _range(
+    node: Node, nodes: dict[int, Node], ranges: dict[int, Range], truth: dict[int, bool]
+) -> Range | None:
+    op, ops = node.op, node.operands
+    if not is_int_dtype(node.dtype):
+        return None
+    # an operand without a narrower range may hold any value of its dtype
+    got = [
+        ranges.get(o) or (_dtype_bounds(nodes[o].dtype) if is_int_dtype(nodes[o].dtype) else None)
+        for o in ops
+    ]
+    if op == "constant" and not node.shape:
+        value = as_int(node.attrs.get("value"))
+        return None if value is None else (value, value)
+    if op == "parameter":
+        return node.attrs.get("assumed_range", _dtype_bounds(node.dtype))
+    if op == "rank_index":
+        return (0, _dtype_bounds(node.dtype)[1])
+    if op == "iota":
+        return (0, node.shape[int(node.attrs.get("dim", 0))] - 1)
+    if op == "convert" and nodes[ops[0]].dtype == "pred":
+        return (0, 1)
+    if op in _UNARY_SAME or op == "convert":
+        return got[0]
+    if op == "select":
+        if ops[0] in truth:
+            return got[1] if truth[ops[0]] else got[2]
+        if got[1] is None or got[2] is None:
+            return None
+        return (min(got[1][0], got[2][0]), max(got[1][1], got[2][1]))
+    if op == "clamp":
+        low, x, high = got
+        if low is None or high is None or x is None:
+            return None
+        return (min(max(x[0], low[0]), high[0]), min(max(x[1], low[1]), high[1]))
+    if None in got or not got:
+        return None
+    return _arithmetic(op, got)
+
+
+def _arithmetic(op: str, got: list[Range]) -> Range | None:
+    if op == "neg":
+        return (-got[0][1], -got[0][0])
+    if len(got) != 2:
+        return None
+    (a0, a1), (b0, b1) = got
+    if op == "add":
+        return (a0 + b0, a1 + b1)
+    if op == "sub":
+        return (a0 - b1, a1 - b0)
+    if op == "max":
+        return (max(a0, b0), max(a1, b1))
+    if op == "min":
+        return (min(a0, b0), min(a1, b1))
+    if op == "mul":
+        products = [x * y for x in (a0, a1) for y in (b0, b1)]
+        return None if any(math.isnan(p) for p in products) else (min(products), max(products))
+    if op == "div" and a0 >= 0 and b0 == b1 and b0 > 0:  # truncating division
+        return (a0 // b0, a1 // b0 if a1 != math.inf else math.inf)
+    if op == "rem" and a0 >= 0 and b0 == b1 and b0 > 0:
+        return (0, min(a1, b0 - 1))
+    return None
+
+
+def as_int(value) -> int | None:
+    try:
+        number = float(str(value))
+    except ValueError:
+        return None
+    return int(number) if number.is_integer() else None
+
+
+_INT_BITS = {"s8": 8, "s16": 16, "s32": 32, "s64": 64, "u8": 8, "u16": 16, "u32": 32, "u64": 64}
+
+
+def is_int_dtype(dtype: str) -> bool:
+    return dtype in _INT_BITS
+
+
+def _dtype_bounds(dtype: str) -> tuple[int, int]:
+    bits = _INT_BITS[dtype]
+    return (0, 2**bits - 1) if dtype.startswith("u") else (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
+
+
+def _fits(value: Range, dtype: str) -> bool:
+    """The whole range is representable: no wrap-around can have happened on the way."""
+    lo, hi = _dtype_bounds(dtype)
+    return value[0] >= lo and value[1] <= hi
