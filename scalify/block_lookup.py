@@ -90,11 +90,15 @@ class _Finder:
             return None
         index_labels = _labels(self.nodes, index_path)
         extra = len(table.shape) - 1 if lookup.op == "take" else 0
-        value_labels = _labels(self.nodes, lookup_path, index_labels + [None] * extra)
+        value_labels = index_labels and _labels(
+            self.nodes, lookup_path, index_labels + [None] * extra
+        )
         mask_path = self._down(mask, ("reshape", "broadcast", "transpose"))
         if self.nodes[mask_path[-1]].shape != atom.shape:
             return None
         mask_labels = _labels(self.nodes, mask_path)
+        if value_labels is None or mask_labels is None:
+            return None
         aligned = all(
             v == m
             for v, m, n in zip(value_labels, mask_labels, select.shape, strict=True)
@@ -260,7 +264,7 @@ def _negated_half_line(
     return None
 
 
-def _labels(nodes: dict[int, Node], path: list[int], base: list | None = None) -> list:
+def _labels(nodes: dict[int, Node], path: list[int], base: list | None = None) -> list | None:
     """For the top node of `path` (top first), which dim of the bottom node each dim shows
     (None: a unit dim or one a broadcast made). `base`: the bottom node's labels."""
     bottom = nodes[path[-1]]
@@ -275,9 +279,10 @@ def _labels(nodes: dict[int, Node], path: list[int], base: list | None = None) -
         elif node.op == "transpose":
             out = [labels[p] for p in node.attrs["perm"]]
         else:  # a reshape: only unit dims may come or go
-            kept = [lab for lab, n in zip(labels, nodes[node.operands[0]].shape) if n != 1]
+            source = nodes[node.operands[0]].shape
+            kept = [lab for lab, n in zip(labels, source, strict=True) if n != 1]
             if len(kept) != sum(1 for n in node.shape if n != 1):
-                return [object()] * len(node.shape)  # matches nothing
+                return None  # it moves elements: no dim correspondence
             it = iter(kept)
             out = [next(it) if n != 1 else None for n in node.shape]
         labels = [lab if n != 1 else None for lab, n in zip(out, node.shape, strict=True)]

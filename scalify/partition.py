@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
-from .ir import Graph, Node
+from .ir import COLLECTIVES, Graph, Node
 from .layout import Layout, canonical, layout_str
 from .relations import Relation
 
@@ -63,20 +63,31 @@ VIEW_OPS = frozenset({"slice", "merge", "split", "transpose", "convert", "reshap
 
 
 def leaf_nodes(graph: Graph) -> set[int]:
-    """Literals, and views of parameters (a layer's slice of stacked weights, as an unrolled
-    scan reads them): values every segment may copy in, never live across a cut."""
+    """Literals, a device's index and arithmetic on it alone (a vocab block's start), and
+    views of parameters (a layer's slice of stacked weights, as an unrolled scan reads them):
+    values every segment may copy in, never live across a cut."""
     return graph.memo("leaf_nodes", _leaf_nodes)
 
 
 def _leaf_nodes(graph: Graph) -> set[int]:
     leaf = set(literal_nodes(graph))
+    views: set[int] = set()
     for node in graph.nodes.values():
-        if (
+        if node.op == "rank_index" or (  # a device's index, and arithmetic on it alone
+            node.op not in COLLECTIVES
+            and node.id not in leaf
+            and node.operands
+            and all(o in leaf and graph.node(o).op != "parameter" for o in node.operands)
+            and not any(o in views for o in node.operands)
+        ):
+            leaf.add(node.id)
+        elif (
             node.op in VIEW_OPS
             and node.operands
             and all(o in leaf or graph.node(o).op == "parameter" for o in node.operands)
         ):
             leaf.add(node.id)
+            views.add(node.id)
     return leaf
 
 

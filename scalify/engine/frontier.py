@@ -41,6 +41,10 @@ def related(node_id: int, graph: Graph, proven: Proven, replicated: set[int]) ->
         or node_id in replicated
         or node_id in _rank_derived(graph)
         or _is_literal(node, graph)
+        or (  # a device's block of an index: meaningful only inside a block lookup
+            node.op in ("in_block", "block_offset")
+            and all(related(o, graph, proven, replicated) for o in node.operands)
+        )
     )
 
 
@@ -121,10 +125,12 @@ def _explain(node: Node, dist: Graph, proven: Proven, mesh: Mesh) -> tuple[str, 
                 scale = 1
                 for a in axes.split(","):
                     scale *= mesh.axis_size(a)
+                since = _completed_at(node.operands[0], dist, proven)
                 return (
                     f"{node.op} over {axes} of a value that is already complete on every "
-                    f"device ({layout_str(operand_layouts[0][0])}): the result is "
-                    f"{scale}x too large; is the reduction applied twice?",
+                    f"device ({layout_str(operand_layouts[0][0])}"
+                    + (f", since the {since}" if since else "")
+                    + f"): the result is {scale}x too large; is the reduction applied twice?",
                     True,
                 )
             if partial and axes not in partial:
@@ -288,6 +294,21 @@ def _rescale_exponent(node: Node, dist: Graph, operand_layouts: list[list[Layout
             f"{node.op} of a chunk's own max (partial max) by a constant: the max enters the "
             "split-KV rescale exp(f - g) as it is; is it scaled twice?"
         )
+    return ""
+
+
+def _completed_at(node_id: int, dist: Graph, proven: Proven, budget: int = 64) -> str:
+    """The nearest collective upstream of a complete value that made it complete (an
+    all-gather or all-reduce), as `op at file:line`: where a reduction applied twice began."""
+    seen, queue = set(), [node_id]
+    while queue and len(seen) < budget:
+        current = dist.node(queue.pop(0))
+        if current.id in seen:
+            continue
+        seen.add(current.id)
+        if current.op in ("all_gather", "all_reduce") and current.loc is not None:
+            return f"{current.op} at {current.loc.file}:{current.loc.line}"
+        queue += [o for o in current.operands if o in proven]
     return ""
 
 
