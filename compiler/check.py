@@ -35,6 +35,7 @@ from .signatures import (
     OP_ARITY,
     OP_ATTRS,
     RESCALED,
+    SIZE,
     SPLAT,
     VALUE_FUNCTIONS,
 )
@@ -257,6 +258,12 @@ class RuleChecker:
             if len(value.args) != 1 or not isinstance(value.args[0], Var):
                 raise self.fail(value.span, f"`{value.name}` takes one {role} variable")
             self._require_bound(value.args[0], info, role)
+            return
+        if isinstance(value, App) and value.name == SIZE:
+            if len(value.args) != 2 or not isinstance(value.args[0], Var):
+                raise self.fail(value.span, "`size` takes (operand variable, dim)")
+            self._require_bound(value.args[0], info, DIST)
+            self._check_dim_expr(value.args[1], info)
             return
         if isinstance(value, App) and value.name in DIM_FUNCTIONS:
             args = value.args

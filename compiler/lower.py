@@ -22,6 +22,7 @@ from .signatures import (
     DIM_FUNCTIONS,
     OP_ATTRS,
     RESCALED,
+    SIZE,
     SPLAT,
     VALUE_FUNCTIONS,
 )
@@ -78,6 +79,10 @@ class _Lowering:
         if isinstance(value, Var):
             return self.string(value)
         args = value.args
+        if value.name == SIZE:
+            size = self.fresh("size")
+            self.query.append(f"(HasSize {self.var(args[0].name)} {self.dim(args[1])} {size})")
+            return size
         if value.name in VALUE_FUNCTIONS:
             lookup = f"({VALUE_FUNCTIONS[value.name][0]} {self.string(args[0])})"
             if lookup not in self.bound:

@@ -95,6 +95,10 @@ VALUE_FUNCTIONS: dict[str, tuple[str, str]] = {
     "litint": ("LitI", "scalar"),
 }
 
+# `size(X, d)`: the size of dim d of the distributed operand X, where the engine states it
+# (the tables of lookups: `take` and `take_along`); a rule that asks elsewhere never matches.
+SIZE = "size"
+
 # `coord(a)`: the device's coordinate on mesh axis a, a value of its own in the e-graph.
 COORD = "coord"
 # `a in axes` binds an axis variable to every mesh axis in turn.

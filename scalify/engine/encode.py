@@ -164,8 +164,18 @@ class GraphEncoder:
         for node in self.graph.nodes.values():
             result.append(f"(let {self.name(node.id)} {self.term(node)})")
             result.append(f"({tag} {self.name(node.id)} {node.id})")
+            if node.op in SIZED_OPERAND:  # what `size(X, d)` in a rule reads
+                table = self.graph.node(node.operands[0])
+                result += [
+                    f"(HasSize {self.name(table.id)} {d} {n})" for d, n in enumerate(table.shape)
+                ]
         result += [f"(union {self.name(a)} {self.name(b)})" for a, b in self.graph.equalities]
         return result
+
+
+# Ops whose first operand's sizes rules may read (`size(X, d)`): a block lookup must check
+# that the table holds exactly one block.
+SIZED_OPERAND = frozenset({"take", "take_along"})
 
 
 def layout_term(base_term: str, layout: Layout) -> str:
