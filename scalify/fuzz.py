@@ -506,6 +506,71 @@ def _slice_at_coordinate(b: _Builder) -> int:
     return out
 
 
+def _block_lookup(b: _Builder, along: bool) -> int:
+    """A device's masked lookup into its block of a table: select(in_block(i, r), take(t,
+    block_offset(i, r)), 0), summed over the axis it should be a partial sum over. The
+    coordinate's stride and count, the block size and the table's layout are right most of
+    the time and wrong otherwise."""
+    axis = b.axis
+    n = b.mesh.axis_size(axis)
+    stride = 1
+    for name, size in reversed(b.mesh.axes):
+        if name == axis:
+            break
+        stride *= size
+
+    def maybe_wrong(value: int) -> int:
+        return value if b.rng.random() < 0.75 else int(b.rng.integers(1, 2 * value + 2))
+
+    c = int(b.rng.integers(1, 4))
+    d = int(b.rng.integers(2))
+    table_shape = [b.size(), b.size()]
+    table_shape[d] = n * c
+    right = (Placement("shard", axis, dim=d),)
+    t = b.input(tuple(table_shape), "f32", right if b.rng.random() < 0.75 else b.layout(2))
+    if along:  # one entry per row: the index has the table's other dim and k entries along d
+        index_shape = list(table_shape)
+        index_shape[d] = int(b.rng.integers(1, 3))
+    else:
+        index_shape = [int(b.rng.integers(1, 4)) for _ in range(int(b.rng.integers(1, 3)))]
+    index_layout = b.layout(len(index_shape), allow_partial=False)
+    i = b.input(tuple(index_shape), "s32", () if b.rng.random() < 0.85 else index_layout)
+    for side in (b.base, b.dist):
+        side[i].attrs["assumed_range"] = (0, table_shape[d] - 1)
+    pid = b.dist_only("rank_index", (), (), "u32", {"kind": "partition"})
+    s = b.dist_only("constant", (), (), "u32", {"value": str(maybe_wrong(stride))})
+    q = b.dist_only("div", (pid, s), (), "u32", {})
+    m = b.dist_only("constant", (), (), "u32", {"value": str(maybe_wrong(n))})
+    r = b.dist_only("rem", (q, m), (), "u32", {})
+    coord = b.dist_only("convert", (r,), (), "s32", {})
+    block = {"size": maybe_wrong(c)}
+    local_index = b.dist[i].shape
+    offset = b.dist_only("block_offset", (i, coord), local_index, "s32", block)
+    mine = b.dist_only("in_block", (i, coord), local_index, "pred", block)
+    op = "take_along" if along else "take"
+    probe = Node(-1, op, (t, i), (), "f32", {"dim": d})
+    args = [np.zeros(b.dist[t].shape), np.zeros(local_index, dtype=np.int64)]
+    try:
+        local_out = apply(probe, args, ["f32", "s32"]).shape
+    except (ValueError, IndexError) as err:
+        raise NotSimulable(f"ill-typed instance: {err}") from None
+    taken = b.dist_only(op, (t, offset), local_out, "f32", {"dim": d})
+    if not along:
+        dims = tuple(range(len(local_index)))
+        mine = b.dist_only("broadcast", (mine,), local_out, "pred", {"dims": dims})
+    zero = b.dist_only("constant", (), (), "f32", {"value": "0"})
+    zeros = b.dist_only("broadcast", (zero,), local_out, "f32", {"dims": ()})
+    out = b.dist_only("select", (mine, taken, zeros), local_out, "f32", {})
+    base_args = [np.zeros(table_shape), np.zeros(index_shape, dtype=np.int64)]
+    base_out = apply(probe, base_args, ["f32", "s32"]).shape
+    lookup = b.next_id
+    b.next_id += 1
+    b.base[lookup] = Node(lookup, op, (t, i), base_out, "f32", {"dim": d}, name=f"n{lookup}")
+    b.lines.append(f"baseline n{lookup} = {op}[dim={d}](n{t}, n{i})")
+    b.base_output = lookup
+    return out
+
+
 def _transpose(b: _Builder) -> int:
     rank = int(b.rng.integers(2, 4))
     x = b.input(
@@ -591,6 +656,8 @@ def generate(op: str, rng: np.random.Generator, hints: list[str | None] | None =
         or (op == "convert" and b.hints[:1] == ["coord"])
     ):
         out = _slice_at_coordinate(b)
+    elif op == "select" and b.hints[1:2] in (["op:take"], ["op:take_along"]):
+        out = _block_lookup(b, along=b.hints[1] == "op:take_along")
     elif op in UNARY:
         out = _elementwise(b, op, 1)
     elif op in BINARY:

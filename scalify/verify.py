@@ -133,6 +133,7 @@ def verify_graphs(
             notes.append(note)
     if stats.limit:
         notes.append(f"saturation stopped early: {stats.limit}; the verdict may be incomplete")
+    notes += assumption_notes(base)
     opaque = sorted({n.attrs.get("hlo_op", "?") for g in (base, dist) for n in g.opaque_nodes()})
     if opaque:
         notes.append(f"opaque ops (no semantics, matched only to themselves): {', '.join(opaque)}")
@@ -405,6 +406,17 @@ def _suspect(node, reason: str, operands: list[str]) -> Suspect:
         operands=operands,
         framework_op=node.framework_op,
     )
+
+
+def assumption_notes(base: Graph) -> list[str]:
+    """What the verdict assumes about the inputs (lookup indices in range: int_ranges.py)."""
+    return [
+        f"assumed: input `{base.input_name(i)}` lies in [{lo}, {hi + 1}) (a lookup index; "
+        "out-of-range indices are outside what is verified)"
+        for i in base.inputs
+        if (bounds := base.node(i).attrs.get("assumed_range")) is not None
+        for lo, hi in [bounds]
+    ]
 
 
 def verify_files(

@@ -90,3 +90,29 @@ def test_rules_compile_prints_the_egglog_program(cli):
 def test_rules_compile_reports_a_bad_folder(cli, tmp_path):
     result = cli("rules", "compile", str(tmp_path / "missing"))
     assert result.code == 2 and "rules folder not found" in result.err
+
+
+BLOCK_TAKE_WITHOUT_SIZE = """
+# UNSOUND on purpose: the vocab-parallel lookup without checking that the table holds one block
+rule block_take_any_size:
+  match   select(broadcast[dims=bo](in_block[size=c](I, coord(a))),
+                 take[dim=d, index_out=bo](T, block_offset[size=c](I, coord(a))), splat(z))
+  where   T ~ t @ shard(d, a)
+          I ~ i @ invariant(a)
+          litint(z) == 0
+  rewrite select(broadcast[dims=bo](in_block[size=c](I, coord(a))),
+                 take[dim=d, index_out=bo](T, block_offset[size=c](I, coord(a))), splat(z))
+          ~ take(t, i) @ partial(sum, a)
+"""
+
+
+def test_fuzzing_catches_a_block_lookup_that_skips_the_size_check(cli, tmp_path):
+    """block_take is sound only because it checks size(T, d) == c; without it the fuzzer's
+    wrong block sizes show a relation that does not hold."""
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    for name in ("core.srl", "tp.srl"):
+        shutil.copy(REPO / "rules" / name, rules / name)
+    (rules / "bad.srl").write_text(BLOCK_TAKE_WITHOUT_SIZE)
+    result = cli("rules", "lint", "--fuzz", "60", str(rules))
+    assert "rule `block_take_any_size` is UNSOUND" in result.out

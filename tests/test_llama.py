@@ -112,3 +112,46 @@ def test_sequence_parallel_bug_is_caught_at_its_line(cli, sequence_parallel, bug
     assert code == 1 and report["verdict"] == "not_equivalent"
     first = report["suspects"][0]
     assert (first["file"], first["line"]) == ("examples/llama/model.py", bug_line(bug))
+
+
+@pytest.fixture(scope="module", params=[2, 4, 8], ids=lambda tp: f"full_tp{tp}")
+def full_model(request, tmp_path_factory):
+    """The whole model, tokens to mean loss: vocab-parallel embedding and cross-entropy."""
+    out = tmp_path_factory.mktemp(f"llama_full_tp{request.param}")
+    return request.param, export_tiny(out, request.param, "full")
+
+
+def test_full_model_verifies(cli, full_model):
+    _, out = full_model
+    code, report = verify(cli, out, "tp")
+    assert (code, report["verdict"]) == (0, "equivalent"), report["suspects"]
+    fired = report["stats"]["rules_fired"]
+    assert {"block_take", "block_take_along", "all_reduce_completes_partial"} <= set(fired)
+    assumed = [n for n in report["notes"] if n.startswith("assumed:")]
+    assert any("`tokens` lies in [0, 512)" in n for n in assumed), report["notes"]
+    assert any("`targets` lies in [0, 512)" in n for n in assumed), report["notes"]
+
+
+@pytest.mark.parametrize(
+    "bug", ["bias_before_allreduce", "missing_mlp_allreduce", "heads_reshape_wrong_factor"]
+)
+def test_full_model_bug_is_caught_at_its_line(cli, full_model, bug):
+    tp, out = full_model
+    if not (out / f"tp_{bug}.hlo").exists():
+        pytest.skip(f"{bug} changes nothing at tp={tp}")
+    code, report = verify(cli, out, f"tp_{bug}")
+    assert (code, report["verdict"]) == (1, "not_equivalent")
+    first = report["suspects"][0]
+    assert (first["file"], first["line"]) == ("examples/llama/model.py", bug_line(bug))
+
+
+def test_cross_entropy_on_gathered_logits_names_the_gather(cli, full_model):
+    """The loss's exp-sum all-reduce adds a value the all-gather already completed: the first
+    suspect is that all-reduce, and its reason names the gather's line (the one-line bug)."""
+    _, out = full_model
+    code, report = verify(cli, out, "tp_vocab_ce_on_gathered_logits")
+    assert (code, report["verdict"]) == (1, "not_equivalent")
+    first = report["suspects"][0]
+    assert first["op"] == "all_reduce"
+    gather = f"all_gather at examples/llama/model.py:{bug_line('vocab_ce_on_gathered_logits')}"
+    assert gather in first["reason"]

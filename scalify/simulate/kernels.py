@@ -266,7 +266,7 @@ def _take(node: Node, table: np.ndarray, index: np.ndarray) -> np.ndarray:
     """`take`: whole slices of the table along `dim`, the index dims first; `take_along`:
     one entry per row along `dim`. Indices are clamped into range, as HLO gather does."""
     dim = int(node.attrs["dim"])
-    index = np.clip(index, 0, table.shape[dim] - 1)
+    index = np.clip(index, 0, table.shape[dim] - 1).astype(np.int64)
     if node.op == "take_along":
         return np.take_along_axis(table, index, axis=dim)
     taken = np.take(table, index, axis=dim)
