@@ -55,6 +55,12 @@ EXAMPLES = [
         ("baseline.hlo", "ep.hlo"),
     ),
     (
+        "llama full tp=2",
+        "examples/llama/export.py",
+        ["--config", "tiny", "--tp", "2", "--layers", "1", "--parts", "full", "--bugs", "none"],
+        ("baseline.hlo", "tp.hlo"),
+    ),
+    (
         "mixtral ep=2 tp=2",
         "examples/mixtral/export.py",
         ["--layers", "1", "--bugs", "none"],
