@@ -28,9 +28,13 @@ _COMPARE = {
 
 def fold_static_indices(graph: Graph) -> None:
     alias: dict[int, int] = {}
-    for node in graph.nodes.values():
+    before: dict[int, Node] = {}  # constants made for a node, to place right before it
+    for node in list(graph.nodes.values()):
         node.operands = tuple(alias.get(o, o) for o in node.operands)
         values = [_int_constant(graph.nodes[o]) for o in node.operands]
+        if node.op == "mul" and node.shape == () and values[1] is not None:
+            _join_constant_factors(node, graph, values[1], before)
+            values = [_int_constant(graph.nodes[o]) for o in node.operands]
         if node.shape != () or not node.operands or None in values:
             if node.op == "select" and _int_constant(graph.nodes[node.operands[0]]) is not None:
                 keep = 1 if _int_constant(graph.nodes[node.operands[0]]) else 2
@@ -46,7 +50,34 @@ def fold_static_indices(graph: Graph) -> None:
             _make_constant(node, int(_COMPARE[node.attrs["direction"]](*values)))
         elif node.op == "select":
             alias[node.id] = node.operands[1] if values[0] else node.operands[2]
+    if before:
+        nodes: dict[int, Node] = {}
+        for node_id, node in graph.nodes.items():
+            if node_id in before:
+                nodes[before[node_id].id] = before[node_id]
+            nodes[node_id] = node
+        graph.nodes = nodes
     graph.outputs = [alias.get(o, o) for o in graph.outputs]
+
+
+def _join_constant_factors(node: Node, graph: Graph, factor: int, before: dict[int, Node]) -> None:
+    """(x * a) * b as x * (a*b) for a scalar integer x: `rank * 2 * f` reads as one offset
+    `rank * (2f)`. Integer multiplication is associative even when it wraps around, so this
+    holds whatever x is; it is done only when a*b fits the dtype."""
+    inner = graph.nodes[node.operands[0]]
+    if inner.op != "mul" or inner.shape != () or inner.dtype != node.dtype:
+        return
+    first = _int_constant(graph.nodes[inner.operands[1]])
+    if first is None or not _fits(first * factor, node.dtype):
+        return
+    constant = graph.nodes[node.operands[1]]
+    joined = Node(
+        constant.id, "constant", (), (), node.dtype, {"value": str(first * factor)}, constant.loc
+    )
+    joined.id = max(list(graph.nodes) + [n.id for n in before.values()]) + 1
+    graph.nodes[joined.id] = joined  # found by later lookups; placed before `node` at the end
+    before[node.id] = joined
+    node.operands = (inner.operands[0], joined.id)
 
 
 def _static_slice(node: Node, graph: Graph) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .compiler.compile import CompiledRuleSet, compile_rule_dir
@@ -43,6 +43,7 @@ from .relations import (
 )
 from .report.model import EQUIVALENT, NOT_EQUIVALENT, UNKNOWN, OutputResult, Report, Suspect
 from .simulate import NotSimulable, simulate
+from .slice_views import with_slice_alternatives
 from .unit_dims import with_unit_alternatives
 
 # Graphs below this size are proved whole; partitioning pays off on deep stacks.
@@ -213,7 +214,7 @@ def prove(
     commands = vocabulary_facts(mesh, [base, dist])
     commands.append(rules_program)
     base_ids, dist_ids = set(base.nodes), set(dist.nodes)
-    base, dist = with_unit_alternatives(base), with_unit_alternatives(dist)
+    base, dist = (with_slice_alternatives(with_unit_alternatives(g)) for g in (base, dist))
     commands += GraphEncoder(base, "b", mesh, signatures).commands()
     commands += GraphEncoder(dist, "d", mesh, signatures).commands()
     commands += signature_facts(signatures)
@@ -222,12 +223,16 @@ def prove(
     stats = session.saturate(limits.max_rounds, limits.node_limit)
     relations, replicated = read_proof(session)
     # Only the graphs' own nodes: the alternative forms are the proof's, not the report's.
+    # A node related only to an alternative form (a block of a slice of a fused weight) is
+    # still no place where a bug starts.
+    reached = {d for d, rels in relations.items() if d in dist_ids and rels}
     relations = {
         d: {(lay, b) for lay, b in rels if b in base_ids}
         for d, rels in relations.items()
         if d in dist_ids
     }
-    return Proof({d: r for d, r in relations.items() if r}, replicated & dist_ids, stats)
+    relations = {d: r for d, r in relations.items() if r}
+    return Proof(relations, replicated & dist_ids, stats, reached=reached - set(relations))
 
 
 @dataclass
@@ -241,6 +246,7 @@ class Proof:
     partitions: int = 1
     memo_hits: int = 0
     failed: tuple[Graph, Graph, Proof] | None = None  # the segment where a partitioned proof broke
+    reached: set[int] = field(default_factory=set)  # related only to alternative forms
 
 
 def prove_partitioned(
@@ -335,6 +341,7 @@ def _accumulate(total: Proof, proof: Proof) -> None:
     for node_id, relations in proof.relations.items():
         total.relations.setdefault(node_id, set()).update(relations)
     total.replicated |= proof.replicated
+    total.reached |= proof.reached
     stats, new = total.stats, proof.stats
     stats.rounds += new.rounds
     stats.nodes = max(stats.nodes, new.nodes)
@@ -375,8 +382,8 @@ def _decide(base: Graph, dist: Graph, mesh: Mesh, outputs: list[Relation], proof
     # A partitioned proof that broke in one segment is localised inside that segment.
     where_base, where_dist, where = proof.failed or (base, dist, proof)
     findings = frontier(
-        where_dist, where_base, where.relations, mesh, where.replicated
-    ) or frontier(where_dist, where_base, where.relations, mesh, set())
+        where_dist, where_base, where.relations, mesh, where.replicated | where.reached
+    ) or frontier(where_dist, where_base, where.relations, mesh, where.reached)
     suspects = [_suspect(f.node, f.reason, f.operands) for f in findings]
     for suspect, f in zip(suspects[:PICTURED_SUSPECTS], findings, strict=False):
         suspect.neighbourhood = neighbourhood(

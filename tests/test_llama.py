@@ -155,3 +155,26 @@ def test_cross_entropy_on_gathered_logits_names_the_gather(cli, full_model):
     assert first["op"] == "all_reduce"
     gather = f"all_gather at examples/llama/model.py:{bug_line('vocab_ce_on_gathered_logits')}"
     assert gather in first["reason"]
+
+
+@pytest.fixture(scope="module", params=[2, 4, 8], ids=lambda tp: f"fused_tp{tp}")
+def fused(request, tmp_path_factory):
+    """Fused [Q|K|V] and [gate|up] weights: each device cuts its block of every part."""
+    out = tmp_path_factory.mktemp(f"llama_fused_tp{request.param}")
+    return export_tiny(out, request.param, "layers", "--fused")
+
+
+def test_fused_projections_with_a_per_part_layout_verify(cli, fused):
+    code, report = verify(cli, fused, "tp")
+    assert (code, report["verdict"]) == (0, "equivalent"), report["suspects"]
+
+
+@pytest.mark.parametrize("bug", ["fused_qkv_one_block", "fused_gate_up_one_block"])
+def test_fused_weight_cut_as_one_block_is_traced_to_its_line(cli, fused, bug):
+    """The values part at the local split (a slice of a dim split over tp); the reason names
+    the one-block cut at the BUG line as where that shard came from."""
+    code, report = verify(cli, fused, f"tp_{bug}")
+    assert (code, report["verdict"]) == (1, "not_equivalent")
+    first = report["suspects"][0]
+    assert first["op"] == "slice"
+    assert f"slice_at at examples/llama/model.py:{bug_line(bug)}" in first["reason"]

@@ -20,6 +20,9 @@ class LlamaConfig:
     vocab: int
     rope_theta: float = 500_000.0
     rms_eps: float = 1e-5
+    # Fused projections: one [Q|K|V] weight and one [gate|up] weight per layer, each split
+    # after its matmul (`--fused` in export.py); the tensor-parallel body cuts every part.
+    fused: bool = False
 
 
 CONFIGS: dict[str, LlamaConfig] = {

@@ -2,6 +2,7 @@
 
 Usage: python examples/llama/export.py --out DIR [--config tiny|8b|70b|405b] [--tp 4]
        [--parts full|layers] [--layers N] [--seq 8] [--batch 2] [--bugs all|none|name,...]
+       [--fused]
 
 --parts full (default) exports the whole model: (params, tokens, targets) -> loss.
 --parts layers exports the decoder stack alone: (params, x) -> hidden states, x of shape
@@ -40,6 +41,8 @@ def check_divisible(cfg: LlamaConfig, tp: int) -> None:
     bad = [n for n in ("heads", "ffn", "vocab") if getattr(cfg, n) % tp]
     if cfg.kv_heads % tp and tp % cfg.kv_heads:
         bad.append("kv_heads")
+    if cfg.fused and cfg.kv_heads < tp:
+        bad.append("kv_heads (fused [Q|K|V] needs kv_heads >= tp)")
     if bad:
         raise ValueError(f"tp={tp} does not split {', '.join(bad)} of {cfg}")
 
@@ -51,9 +54,11 @@ def skip_reason(bug: str, cfg: LlamaConfig, tp: int, part: str = "full") -> str 
     kv-head slicing when wk/wv are sharded by in_specs) or it is a no-op at this tp.
     Such a variant is not exported: there is nothing for the verifier to find.
     """
-    from model import SP_BUGS, kv_sharded
+    from model import FUSED_BUGS, SP_BUGS, kv_sharded
 
     local_heads = cfg.heads // tp
+    if (bug in FUSED_BUGS) != cfg.fused and bug in FUSED_BUGS:
+        return "the fused-weight bugs need --fused"
     if (part == "sp_layers") != (bug == "sp_slice_not_scatter") and (
         part != "sp_layers" or bug not in SP_BUGS
     ):
@@ -227,10 +232,17 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--bugs", default="all", help="all, none, or a comma-separated list")
     ap.add_argument("--bug-layer", type=int, help="with --parts layers: the one layer to break")
+    ap.add_argument(
+        "--fused",
+        action="store_true",
+        help="fused [Q|K|V] and [gate|up] weights, cut per part on each device",
+    )
     a = ap.parse_args(argv)
     cfg = CONFIGS[a.config]
     if a.layers is not None:
         cfg = dataclasses.replace(cfg, layers=a.layers)
+    if a.fused:
+        cfg = dataclasses.replace(cfg, fused=True)
     bugs = {"all": None, "none": ()}.get(a.bugs, [b for b in a.bugs.split(",") if b])
     set_device_count(a.tp)
     for path in export_all(a.out, cfg, a.tp, a.seq, a.batch, bugs, a.parts, a.bug_layer).values():

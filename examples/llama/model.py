@@ -32,6 +32,8 @@ Bug = Literal[
     "missing_mlp_allreduce",
     "kv_heads_wrong_split",
     "sp_slice_not_scatter",
+    "fused_qkv_one_block",
+    "fused_gate_up_one_block",
 ]
 BUGS: tuple[Bug, ...] = (
     "heads_reshape_wrong_factor",
@@ -41,7 +43,10 @@ BUGS: tuple[Bug, ...] = (
     "missing_mlp_allreduce",
     "kv_heads_wrong_split",
     "sp_slice_not_scatter",
+    "fused_qkv_one_block",
+    "fused_gate_up_one_block",
 )
+FUSED_BUGS = frozenset({"fused_qkv_one_block", "fused_gate_up_one_block"})
 
 
 def param_shapes(cfg: LlamaConfig) -> Params:
@@ -58,6 +63,11 @@ def param_shapes(cfg: LlamaConfig) -> Params:
         "w_up": (d, cfg.ffn),
         "w_down": (cfg.ffn, d),
     }
+    if cfg.fused:
+        for name in ("wq", "wk", "wv", "w_gate", "w_up"):
+            del layer[name]
+        layer["wqkv"] = (d, (cfg.heads + 2 * cfg.kv_heads) * hd)
+        layer["w_gate_up"] = (d, 2 * cfg.ffn)
     return {
         "embed": (cfg.vocab, d),
         "layers": [dict(layer) for _ in range(cfg.layers)],
@@ -110,6 +120,10 @@ def tp_param_specs(cfg: LlamaConfig, tp: int) -> Params:
         "w_up": P(None, "tp"),
         "w_down": P("tp", None),
     }
+    if cfg.fused:  # whole on every device; each device cuts its block of every part
+        for name in ("wq", "wk", "wv", "w_gate", "w_up"):
+            del layer[name]
+        layer["wqkv"], layer["w_gate_up"] = P(), P()
     return {
         "embed": P("tp", None),  # vocab-parallel rows
         "layers": [dict(layer) for _ in range(cfg.layers)],
@@ -155,6 +169,30 @@ def swiglu(x: Array, w_gate: Array, w_up: Array) -> Array:
     return jax.nn.silu(x @ w_gate) * (x @ w_up)
 
 
+def qkv_sizes(cfg: LlamaConfig, parts: int = 1) -> list[int]:
+    """Column counts of q, k and v in a [Q|K|V] weight (or in one of `parts` blocks)."""
+    hd = cfg.head_dim
+    return [cfg.heads * hd // parts, cfg.kv_heads * hd // parts, cfg.kv_heads * hd // parts]
+
+
+def split_at(x: Array, sizes: list[int]) -> list[Array]:
+    """x cut along its last dim into pieces of these sizes."""
+    return jnp.split(x, [sum(sizes[: i + 1]) for i in range(len(sizes) - 1)], axis=-1)
+
+
+def project_qkv(h: Array, layer: Params, cfg: LlamaConfig) -> list[Array]:
+    if cfg.fused:
+        return split_at(h @ layer["wqkv"], qkv_sizes(cfg))
+    return [h @ layer["wq"], h @ layer["wk"], h @ layer["wv"]]
+
+
+def gated(h: Array, layer: Params) -> Array:
+    if "w_gate_up" in layer:
+        g, u = jnp.split(h @ layer["w_gate_up"], 2, axis=-1)
+        return jax.nn.silu(g) * u
+    return swiglu(h, layer["w_gate"], layer["w_up"])
+
+
 # ---- single-device baseline ----
 
 
@@ -162,9 +200,10 @@ def attention(x: Array, layer: Params, cos: Array, sin: Array, cfg: LlamaConfig)
     b, s, _ = x.shape
     hd = cfg.head_dim
     h = rms_norm(x, layer["attn_norm"], cfg.rms_eps)
-    q = (h @ layer["wq"]).reshape(b, s, cfg.heads, hd)
-    k = (h @ layer["wk"]).reshape(b, s, cfg.kv_heads, hd)
-    v = (h @ layer["wv"]).reshape(b, s, cfg.kv_heads, hd)
+    q, k, v = project_qkv(h, layer, cfg)
+    q = q.reshape(b, s, cfg.heads, hd)
+    k = k.reshape(b, s, cfg.kv_heads, hd)
+    v = v.reshape(b, s, cfg.kv_heads, hd)
     q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
     k = jnp.repeat(k, cfg.heads // cfg.kv_heads, axis=2)  # GQA: q head i reads kv head i//group
     v = jnp.repeat(v, cfg.heads // cfg.kv_heads, axis=2)
@@ -175,7 +214,7 @@ def attention(x: Array, layer: Params, cos: Array, sin: Array, cfg: LlamaConfig)
 
 def mlp(x: Array, layer: Params, cfg: LlamaConfig) -> Array:
     h = rms_norm(x, layer["mlp_norm"], cfg.rms_eps)
-    return x + swiglu(h, layer["w_gate"], layer["w_up"]) @ layer["w_down"]
+    return x + gated(h, layer) @ layer["w_down"]
 
 
 def cross_entropy(logits: Array, targets: Array) -> Array:
@@ -240,18 +279,27 @@ def attention_partial(
     partial sum over the devices' heads (h: normalised hidden states, whole sequence)."""
     b, s, _ = h.shape
     hd = cfg.head_dim
-    local_heads = layer["wq"].shape[1] // hd  # this device's q heads: [i*local_heads, ...)
-    wk, wv = layer["wk"], layer["wv"]  # column-parallel when kv_heads >= tp
-    if not kv_sharded(cfg, cfg.heads // local_heads):  # whole: slice the kv head we read
-        wk, wv = slice_kv_head(wk, wv, local_heads, cfg, bug)
-    local_kv = wk.shape[1] // hd  # kv_heads/tp, or the 1 shared head if kv_heads < tp
-    q = h @ layer["wq"]  # column-parallel: (B, S, local_heads * head_dim)
+    local_heads = layer["wo"].shape[0] // hd  # this device's q heads: [i*local_heads, ...)
+    tp = cfg.heads // local_heads
+    if cfg.fused:  # kv_heads >= tp: every part of [Q|K|V] splits over the devices
+        if bug == "fused_qkv_one_block":
+            wqkv, n, r = layer["wqkv"], layer["wqkv"].shape[1] // tp, lax.axis_index("tp")
+            w = lax.dynamic_slice_in_dim(wqkv, r * n, n, 1)  # BUG: fused_qkv_one_block
+        else:
+            w = blocks_of_parts(layer["wqkv"], qkv_sizes(cfg), tp)
+        q, k, v = split_at(h @ w, qkv_sizes(cfg, tp))
+    else:
+        wk, wv = layer["wk"], layer["wv"]  # column-parallel when kv_heads >= tp
+        if not kv_sharded(cfg, tp):  # whole: slice the kv head we read
+            wk, wv = slice_kv_head(wk, wv, local_heads, cfg, bug)
+        q, k, v = h @ layer["wq"], h @ wk, h @ wv  # column-parallel: this device's heads
+    local_kv = k.shape[-1] // hd  # kv_heads/tp, or the 1 shared head if kv_heads < tp
     if bug == "heads_reshape_wrong_factor":
         q = q.reshape(b, s, hd, local_heads).swapaxes(2, 3)  # BUG: heads_reshape_wrong_factor
     else:
         q = q.reshape(b, s, local_heads, hd)
-    k = (h @ wk).reshape(b, s, local_kv, hd)
-    v = (h @ wv).reshape(b, s, local_kv, hd)
+    k = k.reshape(b, s, local_kv, hd)
+    v = v.reshape(b, s, local_kv, hd)
     q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
     k = jnp.repeat(k, local_heads // local_kv, axis=2)
     v = jnp.repeat(v, local_heads // local_kv, axis=2)
@@ -261,6 +309,36 @@ def attention_partial(
     else:
         o = o.transpose(0, 2, 1, 3).reshape(b, s, local_heads * hd)
     return o @ layer["wo"]  # row-parallel: a partial sum over this device's heads
+
+
+def one_block(w: Array, tp: int) -> Array:
+    """This device's contiguous column block of a whole weight."""
+    n = w.shape[1] // tp
+    return lax.dynamic_slice_in_dim(w, lax.axis_index("tp") * n, n, 1)
+
+
+def blocks_of_parts(w: Array, sizes: list[int], tp: int) -> Array:
+    """This device's column block of every part of a whole fused weight, side by side: the
+    per-part layout its local split expects ([Q_i|K_i|V_i], [gate_i|up_i])."""
+    starts = [sum(sizes[:i]) for i in range(len(sizes))]
+    return jnp.concatenate(
+        [one_block(w[:, a : a + n], tp) for a, n in zip(starts, sizes, strict=True)], axis=1
+    )
+
+
+def tp_gated(h: Array, layer: Params, bug: Bug | None) -> Array:
+    """silu(h @ gate) * (h @ up) on this device's ffn columns."""
+    if "w_gate_up" not in layer:
+        return swiglu(h, layer["w_gate"], layer["w_up"])
+    ffn = layer["w_gate_up"].shape[1] // 2
+    tp = ffn // layer["w_down"].shape[0]
+    if bug == "fused_gate_up_one_block":
+        wgu, n, r = layer["w_gate_up"], 2 * ffn // tp, lax.axis_index("tp")
+        w = lax.dynamic_slice_in_dim(wgu, r * n, n, 1)  # BUG: fused_gate_up_one_block
+    else:
+        w = blocks_of_parts(layer["w_gate_up"], [ffn, ffn], tp)
+    g, u = jnp.split(h @ w, 2, axis=-1)
+    return jax.nn.silu(g) * u
 
 
 def tp_attention(
@@ -275,7 +353,7 @@ def tp_attention(
 
 def tp_mlp(x: Array, layer: Params, cfg: LlamaConfig, bug: Bug | None) -> Array:
     h = rms_norm(x, layer["mlp_norm"], cfg.rms_eps)
-    partial_sum = swiglu(h, layer["w_gate"], layer["w_up"]) @ layer["w_down"]
+    partial_sum = tp_gated(h, layer, bug) @ layer["w_down"]
     if bug == "missing_mlp_allreduce":
         return x + partial_sum  # BUG: missing_mlp_allreduce
     return x + lax.psum(partial_sum, "tp")
@@ -323,7 +401,7 @@ def sp_layer(
     h = gather(rms_norm(x, layer["attn_norm"], cfg.rms_eps))
     x = x + scatter(attention_partial(h, layer, cos, sin, cfg, bug))
     h = gather(rms_norm(x, layer["mlp_norm"], cfg.rms_eps))
-    partial_sum = swiglu(h, layer["w_gate"], layer["w_up"]) @ layer["w_down"]
+    partial_sum = tp_gated(h, layer, bug) @ layer["w_down"]
     if bug == "sp_slice_not_scatter":
         start, n = lax.axis_index("tp") * x.shape[1], x.shape[1]
         mine = lax.dynamic_slice_in_dim(partial_sum, start, n, 1)  # BUG: sp_slice_not_scatter

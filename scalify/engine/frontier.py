@@ -90,7 +90,9 @@ def _partial_axes(layouts: list[Layout]) -> set[str]:
     return {p.axis for lay in layouts for p in lay if p.kind == "partial"}
 
 
-def _explain(node: Node, dist: Graph, proven: Proven, mesh: Mesh) -> tuple[str, bool]:
+def _explain(
+    node: Node, dist: Graph, proven: Proven, mesh: Mesh, fused: frozenset[int] = frozenset()
+) -> tuple[str, bool]:
     operand_layouts = [_layouts(o, proven) for o in node.operands]
     if node.op in COLLECTIVES and node.op != "collective_permute":
         axes = collective_axes(node, mesh)
@@ -214,6 +216,25 @@ def _explain(node: Node, dist: Graph, proven: Proven, mesh: Mesh) -> tuple[str, 
             f"reduction over all of the dim needs an all-reduce over {axis} here)",
             False,
         )
+    cut = _cut_dims(node, dist)
+    if node.op == "slice" and any(p.dim in cut for p in shards):
+        p = next(p for p in shards if p.dim in cut)
+        origin = _sharded_at(node.operands[0], dist, proven)
+        return (
+            f"slice of dim {p.dim}, which is split over {p.axis}"
+            + (f" (since the {origin})" if origin else "")
+            + ": every device cuts its own block at the same offsets, so the pieces are no "
+            "blocks of the baseline's pieces (a fused weight or product cut as one block "
+            "instead of per part?)",
+            False,
+        )
+    if node.op == "slice" and not operand_layouts[0] and node.operands[0] in fused:
+        return (
+            "a piece of a value built block by block (a fused weight or its product) that is "
+            "no block of any baseline piece: the cut's offsets or sizes do not line up with "
+            "the parts the value was built from (split sizes from the wrong dimension?)",
+            False,
+        )
     if node.op == "split" and any(p.dim == node.attrs["dim"] for p in shards):
         return (
             f"reshape splits the sharded dim {node.attrs['dim']} so that its inner part has "
@@ -297,6 +318,40 @@ def _rescale_exponent(node: Node, dist: Graph, operand_layouts: list[list[Layout
     return ""
 
 
+def _cut_dims(node: Node, dist: Graph) -> set[int]:
+    """The dims a static slice cuts."""
+    if node.op != "slice":
+        return set()
+    shape = dist.node(node.operands[0]).shape
+    a = node.attrs
+    return {
+        d
+        for d, (s, e, st) in enumerate(zip(a["starts"], a["limits"], a["strides"], strict=True))
+        if (s, e, st) != (0, shape[d], 1)
+    }
+
+
+def _sharded_at(node_id: int, dist: Graph, proven: Proven, budget: int = 64) -> str:
+    """Where a sharded value got its shard: the nearest device slice, input or collective
+    upstream that is sharded, as `op at file:line` (or `input NAME`)."""
+    seen, queue = set(), [node_id]
+    while queue and len(seen) < budget:
+        current = dist.node(queue.pop(0))
+        if current.id in seen:
+            continue
+        seen.add(current.id)
+        if current.op == "parameter":
+            return f"input `{dist.input_name(current.id)}`"
+        if current.op in ("slice_at", "reduce_scatter", "all_to_all") and current.loc:
+            return f"{current.op} at {current.loc.file}:{current.loc.line}"
+        queue += [o for o in current.operands if any(map(_has_shard, _layouts(o, proven)))]
+    return ""
+
+
+def _has_shard(layout: Layout) -> bool:
+    return any(p.kind == "shard" for p in layout)
+
+
 def _completed_at(node_id: int, dist: Graph, proven: Proven, budget: int = 64) -> str:
     """The nearest collective upstream of a complete value that made it complete (an
     all-gather or all-reduce), as `op at file:line`: where a reduction applied twice began."""
@@ -330,6 +385,8 @@ def frontier(
     an empty set when that finds nothing, so a replicated value that differs from the
     baseline is still localised."""
     findings = []
+    fused = frozenset(_judged_by_pieces(dist, proven, replicated))
+    replicated = replicated | fused
     needed = _feeding_outputs(dist, lambda n: related(n, dist, proven, replicated))
     for node in dist.nodes.values():
         if node.op == "parameter" or node.id not in needed:
@@ -339,11 +396,42 @@ def frontier(
         if all(related(o, dist, proven, replicated) for o in node.operands):
             findings += _same_everywhere_sources(node, dist, base, proven, replicated, findings)
             findings += _unrescaled_shift(node, dist, base, proven, findings)
-            reason, definite = _explain(node, dist, proven, mesh)
+            reason, definite = _explain(node, dist, proven, mesh, fused)
             operands = [describe(o, dist, base, proven) for o in node.operands]
             findings.append(Finding(node, reason, definite, operands))
     findings.sort(key=lambda f: not f.definite)
     return findings
+
+
+# Ops a static slice moves through (slice_views.py): a value used only through them and then
+# slices is a fused value, judged by its pieces.
+_FUSED_PATH = frozenset({"dot", "concatenate", "merge", "split", "slice_at"})
+
+
+def _judged_by_pieces(dist: Graph, proven: Proven, replicated: set[int]) -> set[int]:
+    """Unrelated nodes that reach the program only through static slices (a fused weight
+    built per block, its product): no layout relates them whole, only their pieces, so a
+    piece is where a bug shows, not the fused value."""
+    users = dist.memo("users", Graph.users)
+    result: set[int] = set()
+
+    def pieces_only(node_id: int, depth: int) -> bool:
+        uses = users.get(node_id, [])
+        if not uses or depth > 4:
+            return False
+        for user in uses:
+            op = dist.node(user).op
+            if op == "slice":
+                continue
+            if op not in _FUSED_PATH or not pieces_only(user, depth + 1):
+                return False
+        return True
+
+    for node in dist.nodes.values():
+        if node.id not in proven and node.id not in replicated and node.op in _FUSED_PATH:
+            if pieces_only(node.id, 0):
+                result.add(node.id)
+    return result
 
 
 def _same_everywhere_sources(

@@ -184,6 +184,58 @@ def b26_body(x: Array, wgu: Array, w2: Array, *, bug: bool = False) -> Array:
     return lax.psum(swiglu(x, w) @ w2, "tp")
 
 
+# B27: a fused [Q|K|V] weight cut evenly into one block per rank, whatever its layout; the
+# local product is then chunked into q, k, v. `attend` stands for the attention: it
+# contracts q with k per feature and sums v, which is all the layout bug needs.
+def attend(q: Array, k: Array, v: Array) -> Array:
+    return jnp.sum(q * k, axis=-1) + jnp.sum(v, axis=-1)
+
+
+def b27_base(x: Array, wqkv: Array) -> Array:
+    return attend(*jnp.split(x @ wqkv, 3, axis=-1))
+
+
+def qkv_blocks(wqkv: Array, sizes: tuple[int, ...]) -> Array:
+    """This rank's block of each part of a replicated [Q|K|V] weight, side by side."""
+    starts = [sum(sizes[:i]) for i in range(len(sizes))]
+    return jnp.concatenate(
+        [
+            lax.dynamic_slice_in_dim(wqkv[:, s : s + n], rank() * (n // TP), n // TP, 1)
+            for s, n in zip(starts, sizes, strict=True)
+        ],
+        axis=1,
+    )
+
+
+def b27_body(x: Array, wqkv: Array, *, bug: bool = False) -> Array:
+    d = wqkv.shape[1] // 3
+    if bug:
+        w = lax.dynamic_slice_in_dim(wqkv, rank() * (3 * d // TP), 3 * d // TP, 1)  # BUG: B27
+    else:
+        w = qkv_blocks(wqkv, (d, d, d))
+    return lax.psum(attend(*jnp.split(x @ w, 3, axis=-1)), "tp")
+
+
+# B28: each rank splits its [q|k|v] block with sizes computed from the hidden size instead of
+# the projection size (a ViT whose projection is wider than its hidden states).
+B28_HIDDEN, B28_PROJ = 16, 24
+
+
+def b28_base(x: Array, wqkv: Array) -> Array:
+    p = wqkv.shape[1] // 3
+    return attend(*jnp.split(x @ wqkv, [p, 2 * p], axis=-1))
+
+
+def b28_body(x: Array, wqkv: Array, *, bug: bool = False) -> Array:
+    p = wqkv.shape[1] // 3
+    qkv = x @ qkv_blocks(wqkv, (p, p, p))
+    if bug:
+        q, k, v = jnp.split(qkv, [x.shape[1] // TP, 2 * x.shape[1] // TP], -1)  # BUG: B28
+    else:
+        q, k, v = jnp.split(qkv, [p // TP, 2 * p // TP], axis=-1)
+    return lax.psum(attend(q, k, v), "tp")
+
+
 # B29: a norm over all heads (the whole q projection) computed over the local heads only.
 def b29_base(x: Array, wq: Array, wo: Array) -> Array:
     q = x @ wq
@@ -569,10 +621,34 @@ ENTRIES: list[dict] = [
         "out_spec": (),
         "baseline": b26_base,
         "body": b26_body,
-        "expected_fixed": "unknown",
-        "why_unknown": "no rule relates a reshape splitting a replicated weight's column dim"
-        " ([gate|up] -> [2, ffn]) to the baseline, nor a slice at offset ffn + rank*f",
         "bug": "one contiguous column block of [gate|up] per rank, split locally",
+    },
+    {
+        "id": "B27",
+        "title": "AutoTP cuts a fused [Q|K|V] weight evenly, whatever its layout",
+        "link": "https://github.com/deepspeedai/DeepSpeed/pull/3844",
+        "bug_class": "layout",
+        "mesh": TP_MESH,
+        "args": {"x": ((8, 16), (), F32), "wqkv": ((16, 96), (), F32)},
+        "out_spec": (),
+        "baseline": b27_base,
+        "body": b27_body,
+        "bug": "one contiguous column block of [Q|K|V] per rank, chunked locally into q, k, v",
+    },
+    {
+        "id": "B28",
+        "title": "Fused QKV split with sizes computed from the wrong dimension",
+        "link": "https://github.com/vllm-project/vllm/issues/27570",
+        "bug_class": "layout",
+        "mesh": TP_MESH,
+        "args": {
+            "x": ((8, B28_HIDDEN), (), F32),
+            "wqkv": ((B28_HIDDEN, 3 * B28_PROJ), (), F32),
+        },
+        "out_spec": (),
+        "baseline": b28_base,
+        "body": b28_body,
+        "bug": "local q/k/v split at hidden/tp instead of projection/tp",
     },
     {
         "id": "B29",

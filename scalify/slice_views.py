@@ -1,0 +1,194 @@
+"""Static slices moved toward the values they read, as alternative forms, derived from a
+graph as it is proved (`with_slice_alternatives`).
+
+A fused projection is computed once and split afterwards: `q, k, v = split(x @ [Wq|Wk|Wv])`,
+`g, u = split(x @ [Wg|Wu])`. A correct tensor-parallel version gives each device its block
+of every part (a per-block layout: `concat(Wq_r, Wk_r, Wv_r)`, or `[Wg|Wu]` viewed as
+(2, ffn) and cut along ffn), and its local split then yields `x @ Wq_r`, ... . No single
+layout relates the fused weight or the fused product to the baseline; the parts do. So each
+slice of one dim gets an equal form with the slice moved down: into the operand of a `dot`
+whose free dim it cuts, into the one piece of a `concatenate` it falls in, through a view
+(`merge`, `split`) when it cuts whole rows of the outer dim, and past a `slice_at` along
+another dim. Every step is an identity of static shapes, and both graphs get the same
+treatment, so `split(x @ w)` on both sides meets at `x @ slice(w)`.
+
+Like the unit-dim forms (unit_dims.py), these copy the computation they move through, so
+they are made from the graph exactly as it stands when proved and never stored in it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .ir import Graph, Node
+
+
+def with_slice_alternatives(graph: Graph) -> Graph:
+    """A copy of `graph` with the moved forms of its one-dim slices, each placed right after
+    the slice it equals (graph order stays topological, layer cuts stay where they were)."""
+    copy = replace(graph, nodes=dict(graph.nodes), equalities=list(graph.equalities), derived={})
+    mover = _Mover(copy)
+    placed: dict[int, list[int]] = {}
+    for node in list(copy.nodes.values()):
+        cut = _one_dim_cut(node, copy)
+        if cut is None:
+            continue
+        first = mover.next_id
+        moved = mover.slice(node.operands[0], *cut, like=node)
+        if moved is not None:
+            copy.equalities.append((node.id, moved))
+            placed[node.id] = list(range(first, mover.next_id))
+        else:
+            mover.discard(first)
+    if placed:
+        added = {i for ids in placed.values() for i in ids}
+        nodes = {}
+        for i in (i for i in copy.nodes if i not in added):
+            nodes[i] = copy.nodes[i]
+            for j in placed.get(i, ()):
+                nodes[j] = copy.nodes[j]
+        copy.nodes = nodes
+    return copy
+
+
+def _one_dim_cut(node: Node, graph: Graph) -> tuple[int, int, int] | None:
+    """(dim, start, limit) when `node` is a stride-1 slice of exactly one dim."""
+    if node.op != "slice":
+        return None
+    shape = graph.node(node.operands[0]).shape
+    a = node.attrs
+    cut = [
+        (d, s, e)
+        for d, (s, e, st) in enumerate(zip(a["starts"], a["limits"], a["strides"], strict=True))
+        if (s, e, st) != (0, shape[d], 1)
+    ]
+    if len(cut) != 1 or a["strides"][cut[0][0]] != 1:
+        return None
+    return cut[0]
+
+
+class _Mover:
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        self.next_id = max(graph.nodes, default=-1) + 1
+
+    def discard(self, first: int) -> None:
+        for i in range(first, self.next_id):
+            self.graph.nodes.pop(i, None)
+        self.next_id = first
+
+    def slice(self, x: int, d: int, s: int, e: int, like: Node) -> int | None:
+        """`x[..., s:e, ...]` (dim d) with the slice moved as far down as it goes: the new
+        node's id, or None when it cannot move at all (the plain slice is the original)."""
+        node = self.graph.node(x)
+        if (s, e) == (0, node.shape[d]):
+            return x
+        moved = self._move(node, d, s, e, like)
+        return moved
+
+    def _plain(self, x: int, d: int, s: int, e: int, like: Node) -> int:
+        shape = self.graph.node(x).shape
+        starts = tuple(s if i == d else 0 for i in range(len(shape)))
+        limits = tuple(e if i == d else n for i, n in enumerate(shape))
+        attrs = {"starts": starts, "limits": limits, "strides": (1,) * len(shape)}
+        return self._add(like, "slice", (x,), _cut(shape, d, e - s), attrs)
+
+    def _deeper(self, x: int, d: int, s: int, e: int, like: Node) -> int:
+        """The slice moved into x, or a plain slice of x where it stops."""
+        moved = self.slice(x, d, s, e, like)
+        return moved if moved is not None else self._plain(x, d, s, e, like)
+
+    def _move(self, node: Node, d: int, s: int, e: int, like: Node) -> int | None:
+        op, a = node.op, node.attrs
+        shape = _cut(node.shape, d, e - s)
+        if op == "dot":
+            side, dim = _free_dim_source(node, d, self.graph)
+            if side is None:
+                return None
+            operands = list(node.operands)
+            operands[side] = self._deeper(operands[side], dim, s, e, like)
+            return self._add(node, "dot", tuple(operands), shape, a)
+        if op == "concatenate" and a["dim"] == d:
+            offset = 0
+            for piece in node.operands:
+                size = self.graph.node(piece).shape[d]
+                if offset <= s and e <= offset + size:
+                    return self._deeper(piece, d, s - offset, e - offset, like)
+                offset += size
+            return None
+        if op == "merge":
+            p, inner = a["dim"], a["inner"]
+            if d != p:
+                inner_d = d if d < p else d + 1
+                below = self._deeper(node.operands[0], inner_d, s, e, like)
+                return self._add(node, "merge", (below,), shape, a)
+            if s % inner or e % inner:
+                return None
+            if e - s == inner:  # one row of the outer dim: pick it, the dims join
+                return self._pick(node.operands[0], p, s // inner, like)
+            below = self._deeper(node.operands[0], p, s // inner, e // inner, like)
+            return self._add(node, "merge", (below,), shape, a)
+        if op == "split":
+            p, inner = a["dim"], a["inner"]
+            if d == p + 1:
+                return None  # a cut of the inner dim is no cut of the operand
+            source = d if d < p else (p if d == p else d - 1)
+            scale = inner if d == p else 1
+            below = self._deeper(node.operands[0], source, s * scale, e * scale, like)
+            return self._add(node, "split", (below,), shape, a)
+        if op == "slice_at" and a["dim"] != d:
+            below = self._deeper(node.operands[0], d, s, e, like)
+            return self._add(node, "slice_at", (below, node.operands[1]), shape, a)
+        return None
+
+    def _pick(self, y: int, p: int, index: int, like: Node) -> int | None:
+        """`y` at entry `index` of dim p, with that dim gone (dim p+1 becomes dim p): what a
+        one-row slice of `merge(y)` at dim p equals."""
+        node = self.graph.node(y)
+        a = node.attrs
+        shape = node.shape[:p] + node.shape[p + 1 :]
+        if node.op == "split" and a["dim"] == p:
+            inner = a["inner"]
+            return self._deeper(node.operands[0], p, index * inner, (index + 1) * inner, like)
+        if node.op == "slice_at" and a["dim"] != p:
+            below = self._pick(node.operands[0], p, index, like)
+            if below is None:
+                return None
+            dim = a["dim"] - 1 if a["dim"] > p else a["dim"]
+            return self._add(node, "slice_at", (below, node.operands[1]), shape, {**a, "dim": dim})
+        return None
+
+    def _add(self, like: Node, op: str, operands: tuple[int, ...], shape, attrs: dict) -> int:
+        node_id = self.next_id
+        self.next_id += 1
+        self.graph.nodes[node_id] = Node(
+            node_id,
+            op,
+            operands,
+            tuple(shape),
+            like.dtype,
+            dict(attrs),
+            like.loc,
+            f"{like.name}.sliced",
+            like.framework_op,
+        )
+        return node_id
+
+
+def _cut(shape: tuple[int, ...], d: int, size: int) -> tuple[int, ...]:
+    return shape[:d] + (size,) + shape[d + 1 :]
+
+
+def _free_dim_source(node: Node, d: int, graph: Graph) -> tuple[int | None, int]:
+    """(operand, dim) of a dot's output dim d when it is a free dim of one operand."""
+    a = node.attrs
+    lb, rb = tuple(a.get("lhs_batch", ())), tuple(a.get("rhs_batch", ()))
+    lc, rc = tuple(a.get("lhs_contracting", ())), tuple(a.get("rhs_contracting", ()))
+    lhs_rank, rhs_rank = (len(graph.node(o).shape) for o in node.operands)
+    lhs_free = [i for i in range(lhs_rank) if i not in lb and i not in lc]
+    rhs_free = [i for i in range(rhs_rank) if i not in rb and i not in rc]
+    if d < len(lb):
+        return None, -1
+    if d < len(lb) + len(lhs_free):
+        return 0, lhs_free[d - len(lb)]
+    return 1, rhs_free[d - len(lb) - len(lhs_free)]
