@@ -181,7 +181,7 @@ def split_at(x: Array, sizes: list[int]) -> list[Array]:
 
 
 def project_qkv(h: Array, layer: Params, cfg: LlamaConfig) -> list[Array]:
-    if cfg.fused:
+    if "wqkv" in layer:
         return split_at(h @ layer["wqkv"], qkv_sizes(cfg))
     return [h @ layer["wq"], h @ layer["wk"], h @ layer["wv"]]
 
@@ -281,7 +281,7 @@ def attention_partial(
     hd = cfg.head_dim
     local_heads = layer["wo"].shape[0] // hd  # this device's q heads: [i*local_heads, ...)
     tp = cfg.heads // local_heads
-    if cfg.fused:  # kv_heads >= tp: every part of [Q|K|V] splits over the devices
+    if "wqkv" in layer:  # fused; kv_heads >= tp: every part splits over the devices
         if bug == "fused_qkv_one_block":
             wqkv, n, r = layer["wqkv"], layer["wqkv"].shape[1] // tp, lax.axis_index("tp")
             w = lax.dynamic_slice_in_dim(wqkv, r * n, n, 1)  # BUG: fused_qkv_one_block

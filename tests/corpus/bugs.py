@@ -28,22 +28,27 @@ def rank() -> Array:
     return lax.axis_index("tp")
 
 
-# B01: vocab-parallel cross-entropy run on logits that were already gathered. Only the
-# log-sum-exp term is reproduced: it is where the bug lives (the target-logit term needs a
-# masked gather, for which Scalify has no rule yet).
-def b01_base(h: Array, w: Array) -> Array:
+# B01: vocab-parallel cross-entropy run on logits that were already gathered. The fixed body
+# keeps the logits vocab-parallel: max and exp-sum all-reduced, the target logit looked up
+# in the device's block of the vocab and all-reduced (token ids assumed in range).
+def b01_base(h: Array, w: Array, t: Array) -> Array:
     z = h @ w  # (tokens, vocab)
     m = jnp.max(z, axis=-1)
-    return m + jnp.log(jnp.sum(jnp.exp(z - m[:, None]), axis=-1))
+    lse = m + jnp.log(jnp.sum(jnp.exp(z - m[:, None]), axis=-1))
+    return lse - jnp.take_along_axis(z, t[:, None], axis=-1)[:, 0]
 
 
-def b01_body(h: Array, w: Array, *, bug: bool = False) -> Array:
-    # parallel_output=False: the output layer all-gathers the vocab-parallel logits
-    z = lax.all_gather(h @ w, "tp", axis=1, tiled=True)
-    m = lax.pmax(jnp.max(z, axis=-1), "tp")  # harmless: z is the same on every device
-    if bug:  # the vocab-parallel loss, which assumes one vocab shard per device
-        return m + jnp.log(lax.psum(jnp.sum(jnp.exp(z - m[:, None]), axis=-1), "tp"))  # BUG: B01
-    return m + jnp.log(jnp.sum(jnp.exp(z - m[:, None]), axis=-1))
+def b01_body(h: Array, w: Array, t: Array, *, bug: bool = False) -> Array:
+    z = h @ w  # this device's vocab slice of the logits
+    if bug:  # parallel_output=False: the output layer all-gathers the logits
+        z = lax.all_gather(z, "tp", axis=1, tiled=True)  # BUG: B01
+    cols = z.shape[1]
+    m = lax.pmax(jnp.max(z, axis=-1), "tp")
+    lse = m + jnp.log(lax.psum(jnp.sum(jnp.exp(z - m[:, None]), axis=-1), "tp"))
+    local = t - rank() * cols
+    mine = (local >= 0) & (local < cols)
+    picked = jnp.take_along_axis(z, jnp.clip(local, 0, cols - 1)[:, None], axis=-1)[:, 0]
+    return lse - lax.psum(jnp.where(mine, picked, 0.0), "tp")
 
 
 # B02: an already all-reduced activation is treated as a partial sum and reduced again.
@@ -484,12 +489,16 @@ ENTRIES: list[dict] = [
         "link": "https://github.com/NVIDIA/Megatron-LM/issues/7452",
         "bug_class": "wrong collective",
         "mesh": TP_MESH,
-        "args": {"h": ((8, 16), (), F32), "w": ((16, 64), (None, "tp"), F32)},
+        "args": {
+            "h": ((8, 16), (), F32),
+            "w": ((16, 64), (None, "tp"), F32),
+            "t": ((8,), (), "int32"),
+        },
         "out_spec": (),
         "baseline": b01_base,
         "body": b01_body,
-        "bug": "the vocab-parallel log-sum-exp all-reduces the exp-sum of gathered logits: "
-        "the whole vocab is counted tp times",
+        "bug": "the vocab-parallel loss run on gathered logits: its exp-sum all-reduce counts "
+        "the whole vocab tp times",
     },
     {
         "id": "B02",
