@@ -178,3 +178,11 @@ def test_fused_weight_cut_as_one_block_is_traced_to_its_line(cli, fused, bug):
     first = report["suspects"][0]
     assert first["op"] == "slice"
     assert f"slice_at at examples/llama/model.py:{bug_line(bug)}" in first["reason"]
+
+
+def test_interleaved_rope_verifies(cli, tmp_path):
+    """Meta's complex-form RoPE (dims 2i and 2i+1 paired): strided views of the head dim,
+    which no layout touches, so the column-parallel heads go through unchanged."""
+    out = export_tiny(tmp_path, 4, "layers", "--rope", "interleaved", "--bugs", "none")
+    code, report = verify(cli, out, "tp")
+    assert (code, report["verdict"]) == (0, "equivalent"), report["suspects"]

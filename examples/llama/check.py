@@ -30,6 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seq", type=int, default=8)
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--fused", action="store_true", help="fused [Q|K|V] and [gate|up] weights")
+    ap.add_argument("--rope", choices=("half", "interleaved"), default="half")
     a = ap.parse_args(argv)
     tps = [int(t) for t in a.tp.split(",")]
     parts = [p for p in a.parts.split(",") if p]
@@ -55,6 +56,8 @@ def main(argv: list[str] | None = None) -> int:
         cfg = dataclasses.replace(cfg, layers=a.layers)
     if a.fused:
         cfg = dataclasses.replace(cfg, fused=True)
+    if a.rope == "interleaved":
+        cfg = dataclasses.replace(cfg, rope_interleaved=True)
     rng = np.random.default_rng(0)
 
     def init(shape: tuple[int, ...]) -> np.ndarray:

@@ -23,6 +23,9 @@ class LlamaConfig:
     # Fused projections: one [Q|K|V] weight and one [gate|up] weight per layer, each split
     # after its matmul (`--fused` in export.py); the tensor-parallel body cuts every part.
     fused: bool = False
+    # RoPE pairing: rotate-half (dims i, i + head_dim/2; Hugging Face) by default, or
+    # interleaved (dims 2i, 2i+1; Meta's complex form) with `--rope interleaved`.
+    rope_interleaved: bool = False
 
 
 CONFIGS: dict[str, LlamaConfig] = {

@@ -232,6 +232,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--bugs", default="all", help="all, none, or a comma-separated list")
     ap.add_argument("--bug-layer", type=int, help="with --parts layers: the one layer to break")
+    ap.add_argument("--rope", choices=("half", "interleaved"), default="half")
     ap.add_argument(
         "--fused",
         action="store_true",
@@ -243,6 +244,8 @@ def main(argv: list[str] | None = None) -> None:
         cfg = dataclasses.replace(cfg, layers=a.layers)
     if a.fused:
         cfg = dataclasses.replace(cfg, fused=True)
+    if a.rope == "interleaved":
+        cfg = dataclasses.replace(cfg, rope_interleaved=True)
     bugs = {"all": None, "none": ()}.get(a.bugs, [b for b in a.bugs.split(",") if b])
     set_device_count(a.tp)
     for path in export_all(a.out, cfg, a.tp, a.seq, a.batch, bugs, a.parts, a.bug_layer).values():

@@ -140,18 +140,31 @@ def rms_norm(x: Array, w: Array, eps: float) -> Array:
 
 
 def rope_tables(seq: int, cfg: LlamaConfig) -> tuple[Array, Array]:
-    """cos/sin of shape (S, 1, head_dim), broadcast over batch and heads."""
+    """cos/sin of shape (S, 1, head_dim), broadcast over batch and heads: each frequency on
+    dims i and i + head_dim/2 (rotate-half), or on dims 2i and 2i+1 (interleaved)."""
     inv_freq = 1.0 / cfg.rope_theta ** (jnp.arange(0, cfg.head_dim, 2) / cfg.head_dim)
     angles = jnp.arange(seq)[:, None] * inv_freq[None, :]  # (S, head_dim/2)
-    angles = jnp.concatenate([angles, angles], axis=-1)[:, None, :]
+    if getattr(cfg, "rope_interleaved", False):
+        angles = jnp.repeat(angles, 2, axis=-1)[:, None, :]
+    else:
+        angles = jnp.concatenate([angles, angles], axis=-1)[:, None, :]
     return jnp.cos(angles), jnp.sin(angles)
 
 
-def apply_rope(x: Array, cos: Array, sin: Array) -> Array:
-    """Rotate-half RoPE on x of shape (B, S, heads, head_dim)."""
+def apply_rope(x: Array, cos: Array, sin: Array, interleaved: bool = False) -> Array:
+    """RoPE on x of shape (B, S, heads, head_dim): rotate-half (HF Llama) pairs dim i with
+    i + head_dim/2; interleaved (Meta's complex form) pairs dims 2i and 2i+1."""
+    if interleaved:
+        pairs = x.reshape(*x.shape[:-1], x.shape[-1] // 2, 2)
+        rotated = jnp.stack([-pairs[..., 1], pairs[..., 0]], axis=-1).reshape(x.shape)
+        return x * cos + rotated * sin
     half = x.shape[-1] // 2
     x1, x2 = x[..., :half], x[..., half:]
     return x * cos + jnp.concatenate([-x2, x1], axis=-1) * sin
+
+
+def rope(x: Array, cos: Array, sin: Array, cfg: LlamaConfig) -> Array:
+    return apply_rope(x, cos, sin, getattr(cfg, "rope_interleaved", False))
 
 
 def causal_attention(q: Array, k: Array, v: Array) -> Array:
@@ -204,7 +217,7 @@ def attention(x: Array, layer: Params, cos: Array, sin: Array, cfg: LlamaConfig)
     q = q.reshape(b, s, cfg.heads, hd)
     k = k.reshape(b, s, cfg.kv_heads, hd)
     v = v.reshape(b, s, cfg.kv_heads, hd)
-    q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+    q, k = rope(q, cos, sin, cfg), rope(k, cos, sin, cfg)
     k = jnp.repeat(k, cfg.heads // cfg.kv_heads, axis=2)  # GQA: q head i reads kv head i//group
     v = jnp.repeat(v, cfg.heads // cfg.kv_heads, axis=2)
     o = causal_attention(q.transpose(0, 2, 1, 3), k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3))
@@ -300,7 +313,7 @@ def attention_partial(
         q = q.reshape(b, s, local_heads, hd)
     k = k.reshape(b, s, local_kv, hd)
     v = v.reshape(b, s, local_kv, hd)
-    q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+    q, k = rope(q, cos, sin, cfg), rope(k, cos, sin, cfg)
     k = jnp.repeat(k, local_heads // local_kv, axis=2)
     v = jnp.repeat(v, local_heads // local_kv, axis=2)
     o = causal_attention(q.transpose(0, 2, 1, 3), k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3))
