@@ -186,3 +186,20 @@ def test_interleaved_rope_verifies(cli, tmp_path):
     out = export_tiny(tmp_path, 4, "layers", "--rope", "interleaved", "--bugs", "none")
     code, report = verify(cli, out, "tp")
     assert (code, report["verdict"]) == (0, "equivalent"), report["suspects"]
+
+
+@pytest.mark.parametrize("tp", [2, 8])
+def test_qk_norm_over_all_heads(cli, tmp_path, tp):
+    """OLMo-2 style QK-norm spans all heads: the sum of squares is all-reduced over tp. The
+    variant that normalises over the local heads only is caught at its line (B29's
+    mechanism inside the full model)."""
+    out = export_tiny(tmp_path, tp, "full", "--qk-norm", "--bugs", "qk_norm_local_heads")
+    code, report = verify(cli, out, "tp")
+    assert (code, report["verdict"]) == (0, "equivalent"), report["suspects"]
+    code, report = verify(cli, out, "tp_qk_norm_local_heads")
+    assert (code, report["verdict"]) == (1, "not_equivalent")
+    first = report["suspects"][0]
+    assert (first["file"], first["line"]) == (
+        "examples/llama/model.py",
+        bug_line("qk_norm_local_heads"),
+    )

@@ -31,6 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--fused", action="store_true", help="fused [Q|K|V] and [gate|up] weights")
     ap.add_argument("--rope", choices=("half", "interleaved"), default="half")
+    ap.add_argument("--qk-norm", action="store_true", help="RMSNorm over all q and k heads")
     a = ap.parse_args(argv)
     tps = [int(t) for t in a.tp.split(",")]
     parts = [p for p in a.parts.split(",") if p]
@@ -58,6 +59,8 @@ def main(argv: list[str] | None = None) -> int:
         cfg = dataclasses.replace(cfg, fused=True)
     if a.rope == "interleaved":
         cfg = dataclasses.replace(cfg, rope_interleaved=True)
+    if a.qk_norm:
+        cfg = dataclasses.replace(cfg, qk_norm=True)
     rng = np.random.default_rng(0)
 
     def init(shape: tuple[int, ...]) -> np.ndarray:

@@ -26,6 +26,9 @@ class LlamaConfig:
     # RoPE pairing: rotate-half (dims i, i + head_dim/2; Hugging Face) by default, or
     # interleaved (dims 2i, 2i+1; Meta's complex form) with `--rope interleaved`.
     rope_interleaved: bool = False
+    # QK-norm (`--qk-norm`, OLMo-2 style): an RMSNorm over all q heads and over all k heads
+    # after the projections, so under tensor parallelism its statistic spans the devices.
+    qk_norm: bool = False
 
 
 CONFIGS: dict[str, LlamaConfig] = {

@@ -41,8 +41,8 @@ def check_divisible(cfg: LlamaConfig, tp: int) -> None:
     bad = [n for n in ("heads", "ffn", "vocab") if getattr(cfg, n) % tp]
     if cfg.kv_heads % tp and tp % cfg.kv_heads:
         bad.append("kv_heads")
-    if cfg.fused and cfg.kv_heads < tp:
-        bad.append("kv_heads (fused [Q|K|V] needs kv_heads >= tp)")
+    if (cfg.fused or cfg.qk_norm) and cfg.kv_heads < tp:
+        bad.append("kv_heads (--fused and --qk-norm need kv_heads >= tp)")
     if bad:
         raise ValueError(f"tp={tp} does not split {', '.join(bad)} of {cfg}")
 
@@ -59,6 +59,8 @@ def skip_reason(bug: str, cfg: LlamaConfig, tp: int, part: str = "full") -> str 
     local_heads = cfg.heads // tp
     if bug in FUSED_BUGS and not cfg.fused:
         return "the fused-weight bugs need --fused"
+    if bug == "qk_norm_local_heads" and not cfg.qk_norm:
+        return "qk_norm_local_heads needs --qk-norm"
     if (part == "sp_layers") != (bug == "sp_slice_not_scatter") and (
         part != "sp_layers" or bug not in SP_BUGS
     ):
@@ -233,6 +235,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--bugs", default="all", help="all, none, or a comma-separated list")
     ap.add_argument("--bug-layer", type=int, help="with --parts layers: the one layer to break")
     ap.add_argument("--rope", choices=("half", "interleaved"), default="half")
+    ap.add_argument("--qk-norm", action="store_true", help="RMSNorm over all q and k heads")
     ap.add_argument(
         "--fused",
         action="store_true",
@@ -246,6 +249,8 @@ def main(argv: list[str] | None = None) -> None:
         cfg = dataclasses.replace(cfg, fused=True)
     if a.rope == "interleaved":
         cfg = dataclasses.replace(cfg, rope_interleaved=True)
+    if a.qk_norm:
+        cfg = dataclasses.replace(cfg, qk_norm=True)
     bugs = {"all": None, "none": ()}.get(a.bugs, [b for b in a.bugs.split(",") if b])
     set_device_count(a.tp)
     for path in export_all(a.out, cfg, a.tp, a.seq, a.batch, bugs, a.parts, a.bug_layer).values():

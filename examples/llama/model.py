@@ -34,6 +34,7 @@ Bug = Literal[
     "sp_slice_not_scatter",
     "fused_qkv_one_block",
     "fused_gate_up_one_block",
+    "qk_norm_local_heads",
 ]
 BUGS: tuple[Bug, ...] = (
     "heads_reshape_wrong_factor",
@@ -45,6 +46,7 @@ BUGS: tuple[Bug, ...] = (
     "sp_slice_not_scatter",
     "fused_qkv_one_block",
     "fused_gate_up_one_block",
+    "qk_norm_local_heads",
 )
 FUSED_BUGS = frozenset({"fused_qkv_one_block", "fused_gate_up_one_block"})
 
@@ -68,6 +70,8 @@ def param_shapes(cfg: LlamaConfig) -> Params:
             del layer[name]
         layer["wqkv"] = (d, (cfg.heads + 2 * cfg.kv_heads) * hd)
         layer["w_gate_up"] = (d, 2 * cfg.ffn)
+    if cfg.qk_norm:  # OLMo-2 style: one RMSNorm over all q (k) heads together
+        layer["q_norm"], layer["k_norm"] = (cfg.heads * hd,), (cfg.kv_heads * hd,)
     return {
         "embed": (cfg.vocab, d),
         "layers": [dict(layer) for _ in range(cfg.layers)],
@@ -124,6 +128,8 @@ def tp_param_specs(cfg: LlamaConfig, tp: int) -> Params:
         for name in ("wq", "wk", "wv", "w_gate", "w_up"):
             del layer[name]
         layer["wqkv"], layer["w_gate_up"] = P(), P()
+    if cfg.qk_norm:  # per-feature weights, split like the q and k columns
+        layer["q_norm"], layer["k_norm"] = P("tp"), P("tp")
     return {
         "embed": P("tp", None),  # vocab-parallel rows
         "layers": [dict(layer) for _ in range(cfg.layers)],
@@ -214,6 +220,9 @@ def attention(x: Array, layer: Params, cos: Array, sin: Array, cfg: LlamaConfig)
     hd = cfg.head_dim
     h = rms_norm(x, layer["attn_norm"], cfg.rms_eps)
     q, k, v = project_qkv(h, layer, cfg)
+    if "q_norm" in layer:
+        q = rms_norm(q, layer["q_norm"], cfg.rms_eps)
+        k = rms_norm(k, layer["k_norm"], cfg.rms_eps)
     q = q.reshape(b, s, cfg.heads, hd)
     k = k.reshape(b, s, cfg.kv_heads, hd)
     v = v.reshape(b, s, cfg.kv_heads, hd)
@@ -306,6 +315,9 @@ def attention_partial(
         if not kv_sharded(cfg, tp):  # whole: slice the kv head we read
             wk, wv = slice_kv_head(wk, wv, local_heads, cfg, bug)
         q, k, v = h @ layer["wq"], h @ wk, h @ wv  # column-parallel: this device's heads
+    if "q_norm" in layer:  # the norms span all heads: their statistic sums over devices
+        q = heads_rms_norm(q, layer["q_norm"], cfg.heads * hd, cfg.rms_eps, bug)
+        k = heads_rms_norm(k, layer["k_norm"], cfg.kv_heads * hd, cfg.rms_eps, None)
     local_kv = k.shape[-1] // hd  # kv_heads/tp, or the 1 shared head if kv_heads < tp
     if bug == "heads_reshape_wrong_factor":
         q = q.reshape(b, s, hd, local_heads).swapaxes(2, 3)  # BUG: heads_reshape_wrong_factor
@@ -322,6 +334,16 @@ def attention_partial(
     else:
         o = o.transpose(0, 2, 1, 3).reshape(b, s, local_heads * hd)
     return o @ layer["wo"]  # row-parallel: a partial sum over this device's heads
+
+
+def heads_rms_norm(x: Array, w: Array, width: int, eps: float, bug: Bug | None) -> Array:
+    """RMSNorm over all heads of a projection whose columns (heads) are split over "tp":
+    the mean square is the all-reduced sum of squares over the whole width."""
+    if bug == "qk_norm_local_heads":
+        ms = jnp.mean(x * x, axis=-1, keepdims=True)  # BUG: qk_norm_local_heads
+    else:
+        ms = lax.psum(jnp.sum(x * x, axis=-1, keepdims=True), "tp") / width
+    return x * lax.rsqrt(ms + eps) * w
 
 
 def one_block(w: Array, tp: int) -> Array:
