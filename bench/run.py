@@ -1,5 +1,6 @@
-"""Scale benchmark: full-size Llama-3.1 and Mixtral decoder stacks and the ratios that show
-reasoning cost does not grow with shapes or the parallel degree.
+"""Scale benchmark: full-size Llama-3.1 (decoder stacks and whole models) and Mixtral decoder
+stacks, and the ratios that show reasoning cost does not grow with shapes or the parallel
+degree.
 
     python bench/run.py [--quick] [--out bench/results.json]
 
@@ -24,7 +25,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-def export_llama(out: Path, config: str, tp: int, layers: int | None = None, seq: int = 8) -> Path:
+def export_llama(
+    out: Path, config: str, tp: int, layers: int | None = None, seq: int = 8, parts: str = "layers"
+) -> Path:
     args = [
         sys.executable,
         str(REPO / "examples/llama/export.py"),
@@ -35,7 +38,7 @@ def export_llama(out: Path, config: str, tp: int, layers: int | None = None, seq
         "--tp",
         str(tp),
         "--parts",
-        "layers",
+        parts,
         "--bugs",
         "none",
         "--seq",
@@ -142,6 +145,14 @@ def main() -> int:
         for name, config in (llama[:1] if args.quick else llama)
     ] + [
         (
+            f"{name} (whole model)",
+            f"{config}, tp=8, vocab-parallel embedding + decoder + vocab-parallel loss",
+            lambda n=name, c=config: export_llama(tmp / f"{n}-full", c, 8, parts="full"),
+            "tp.hlo",
+        )
+        for name, config in (llama[:1] if args.quick else llama)
+    ] + [
+        (
             name,
             f"{config}, ep=2 x tp=4, decoder layers",
             lambda n=name, c=config: export_mixtral(tmp / n, c, 2, 4),
@@ -153,7 +164,7 @@ def main() -> int:
         result = measure(export(), distributed)
         models.append({"name": name, "config": config, **result})
         print(
-            f"{name:16s} {result['verdict']:14s} {result['seconds']:7.2f} s  load "
+            f"{name:30s} {result['verdict']:14s} {result['seconds']:7.2f} s  load "
             f"{result['load_seconds']:5.2f}  verify {result['verify_seconds']:5.2f}  "
             f"rss {result['peak_rss_mb']:7.1f} MB  e-graph {result['egraph_nodes']:6d}  "
             f"memo {result['memo_hits']}/{result['partitions']}",

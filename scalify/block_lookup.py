@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .int_ranges import as_int, is_int_dtype
+from .int_ranges import as_int, decide_compare, is_int_dtype
 from .ir import Graph, Node
 
 Affine = tuple[dict[int, int], int]  # coefficient per atom node, constant
@@ -38,6 +38,7 @@ class Block:
 
 
 def fold_block_lookups(graph: Graph) -> None:
+    """Rewrite every masked lookup into a device's block into the canonical form."""
     finder = _Finder(graph)
     nodes: dict[int, Node] = {}
     alias: dict[int, int] = {}
@@ -76,7 +77,7 @@ class _Finder:
         if not _is_zero_fill(self.nodes, fill):
             return None
         block = block[0]
-        lookup_path = self._down(value, ("reshape",))
+        lookup_path = self._value_path(value, block)
         lookup = self.nodes[lookup_path[-1]]
         if lookup.op not in ("take", "take_along"):
             return None
@@ -105,6 +106,60 @@ class _Finder:
             if n != 1
         )
         return (block, lookup) if aligned else None
+
+    def _value_path(self, node_id: int, block: Block) -> list[int]:
+        """Down from the kept value to the lookup: through reshapes, and through the guards
+        a framework puts around a lookup (a bounds check filling NaN) where the block
+        decides them (inside it the index is in range)."""
+        path = [node_id]
+        while True:
+            node = self.nodes[path[-1]]
+            if node.op == "reshape":
+                path.append(node.operands[0])
+                continue
+            if node.op == "select":
+                decided = self.decide(node.operands[0], block)
+                if decided is not None:
+                    path.append(node.operands[1] if decided else node.operands[2])
+                    continue
+            return path
+
+    def decide(self, node_id: int, block: Block) -> bool | None:
+        """The predicate's value at every element whose index is inside the block, when the
+        block decides it (the index there equals index - size * coord, in [0, size)), else
+        None."""
+        node = self.nodes[node_id]
+        found = self.block(node_id)
+        if found is not None and found[0] == block:
+            return not found[1]
+        ops = node.operands
+        if node.op in ("reshape", "broadcast", "transpose") or (
+            node.op == "reduce" and node.attrs.get("op") in ("and", "or") and len(ops) == 1
+        ):
+            return self.decide(ops[0], block)
+        if node.op == "not":
+            inner = self.decide(ops[0], block)
+            return None if inner is None else not inner
+        if node.op in ("and", "or"):
+            values = [self.decide(o, block) for o in ops]
+            absorbing = node.op == "or"
+            if absorbing in values:
+                return absorbing
+            return None if None in values else not absorbing
+        if node.op == "compare":
+            ranges = [self._range_in_block(o, block) for o in ops]
+            return decide_compare(node.attrs.get("direction", ""), *ranges)
+        if node.op == "constant" and not node.shape:
+            return {"true": True, "false": False}.get(str(node.attrs.get("value")).lower())
+        return None
+
+    def _range_in_block(self, node_id: int, block: Block) -> tuple[int, int] | None:
+        constant = self._constant(node_id)
+        if constant is not None:
+            return constant, constant
+        if self.equals_offset(node_id, block):
+            return 0, block.size - 1
+        return None
 
     def _down(self, node_id: int, through: tuple[str, ...]) -> list[int]:
         """The node and what it views, down through `through` ops: top first."""
@@ -219,6 +274,8 @@ class _Finder:
         ops = node.operands
         if node.op == "convert" and is_int_dtype(self.nodes[ops[0]].dtype):
             return self.equals_offset(ops[0], block)
+        if node.op == "reshape":  # a unit dim more or less: same values, same positions
+            return self.equals_offset(ops[0], block)
         if node.op == "clamp":
             low, high = (self._constant(o) for o in (ops[0], ops[2]))
             return (
@@ -238,10 +295,10 @@ class _Finder:
                     return True
             return False
         if node.op == "select":
-            found = self.block(ops[0])
-            if found is None or found[0] != block:
+            decided = self.decide(ops[0], block)
+            if decided is None:
                 return False
-            return self.equals_offset(ops[2] if found[1] else ops[1], block)
+            return self.equals_offset(ops[1] if decided else ops[2], block)
         return False
 
     def _constant(self, node_id: int) -> int | None:
@@ -278,6 +335,8 @@ def _labels(nodes: dict[int, Node], path: list[int], base: list | None = None) -
                 out[d] = labels[i]
         elif node.op == "transpose":
             out = [labels[p] for p in node.attrs["perm"]]
+        elif node.op == "select":  # a guard the block decides: elementwise, same shape
+            out = labels
         else:  # a reshape: only unit dims may come or go
             source = nodes[node.operands[0]].shape
             kept = [lab for lab, n in zip(labels, source, strict=True) if n != 1]

@@ -104,7 +104,9 @@ def _folded(
     """What the node folds to: an operand id it equals, a decided truth value, or None."""
     ops = node.operands
     if node.op == "compare" and len(ops) == 2:
-        return _decide(node.attrs.get("direction", ""), ranges.get(ops[0]), ranges.get(ops[1]))
+        return decide_compare(
+            node.attrs.get("direction", ""), ranges.get(ops[0]), ranges.get(ops[1])
+        )
     if node.op == "select" and ops[0] in truth:
         return ops[1] if truth[ops[0]] else ops[2]
     if node.op in ("and", "or") and len(ops) == 2:
@@ -134,7 +136,7 @@ def _folded(
     return None
 
 
-def _decide(direction: str, a: Range | None, b: Range | None) -> bool | None:
+def decide_compare(direction: str, a: Range | None, b: Range | None) -> bool | None:
     """The compare's result when every pair of values in the ranges gives the same one."""
     if a is None or b is None:
         return None
