@@ -41,8 +41,23 @@ def layout_str(layout: Layout) -> str:
 
 
 def canonical(layout: Layout) -> Layout:
-    """Placements on different dims commute; keep a stable order for comparison."""
-    return tuple(sorted(layout))
+    """The one order of `layout` that comparisons use: placements over different axes
+    commute (a shard of one dim and a shard of another, a shard and a partial, two
+    partials), but two shards of the same dim do not (the first one's blocks are the outer
+    ones: device (i, j) of ("dp", "tp") holds block i*2+j under dp-then-tp, block j*2+i
+    under tp-then-dp). So this is a sort that never swaps such a pair: repeatedly take the
+    smallest placement that commutes with every one before it."""
+    rest, ordered = list(layout), []
+    while rest:
+        movable = [i for i, p in enumerate(rest) if all(_commute(q, p) for q in rest[:i])]
+        ordered.append(rest.pop(min(movable, key=lambda i: rest[i])))
+    return tuple(ordered)
+
+
+def _commute(p: Placement, q: Placement) -> bool:
+    if p.axis == q.axis:
+        return False
+    return not (p.kind != "partial" and q.kind != "partial" and p.dim == q.dim)
 
 
 def parse_layout(text: str, mesh: Mesh, where: str = "") -> Layout:

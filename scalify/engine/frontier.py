@@ -216,6 +216,9 @@ def _explain(
             f"reduction over all of the dim needs an all-reduce over {axis} here)",
             False,
         )
+    mismatch = _contraction_order_mismatch(node, dist, operand_layouts)
+    if mismatch:
+        return mismatch, True
     cut = _cut_dims(node, dist)
     if node.op == "slice" and any(p.dim in cut for p in shards):
         p = next(p for p in shards if p.dim in cut)
@@ -315,6 +318,31 @@ def _rescale_exponent(node: Node, dist: Graph, operand_layouts: list[list[Layout
             f"{node.op} of a chunk's own max (partial max) by a constant: the max enters the "
             "split-KV rescale exp(f - g) as it is; is it scaled twice?"
         )
+    return ""
+
+
+def _contraction_order_mismatch(
+    node: Node, dist: Graph, operand_layouts: list[list[Layout]]
+) -> str:
+    """A dot whose contracted dims are split over the same mesh axes in both operands, but
+    in a different order: device (i, j) multiplies blocks that do not pair up."""
+    if node.op != "dot" or not all(operand_layouts):
+        return ""
+    sides = []
+    for key, layouts in zip(("lhs_contracting", "rhs_contracting"), operand_layouts, strict=True):
+        dims = tuple(node.attrs.get(key, ()))
+        sides.append(
+            [[p.axis for p in lay if p.kind == "shard" and p.dim in dims] for lay in layouts]
+        )
+    for left in sides[0]:
+        for right in sides[1]:
+            if len(left) > 1 and sorted(left) == sorted(right) and left != right:
+                return (
+                    f"dot contracts dims split over {', '.join(left)} in the lhs but over "
+                    f"{', '.join(right)} in the rhs: the axes' order decides which block a "
+                    "device holds, so each device multiplies blocks that do not pair up (a "
+                    "weight split in another axis order than its input)"
+                )
     return ""
 
 
