@@ -72,7 +72,7 @@ class _Builder:
         self.dist: dict[int, Node] = {}
         self.inputs: list[Relation] = []
         self.lines: list[str] = []
-        unit = math.lcm(*(n for _, n in mesh.axes))
+        unit = math.prod(n for _, n in mesh.axes)  # any dim may be split over every axis
         self.unit = unit
         self.hints: list[str | None] = []
         self.next_id = 0
@@ -102,6 +102,12 @@ class _Builder:
         return self.unit * int(self.rng.integers(1, 3))
 
     def layout(self, rank: int, allow_partial: bool = True, sharded: bool = False) -> Layout:
+        if rank and len(self.mesh.axes) > 1 and self.rng.random() < 0.15:
+            # one dim split over every axis, in either order: the order picks the blocks
+            dim = int(self.rng.integers(rank))
+            axes = [a for a, _ in self.mesh.axes]
+            order = self.rng.permutation(len(axes))
+            return tuple(Placement("shard", axes[i], dim=dim) for i in order)
         placements = []
         free = list(range(rank))
         for axis, _ in self.mesh.axes:
