@@ -135,31 +135,35 @@ def main() -> int:
     models = []
     llama = [("llama-3.1-8b", "8b"), ("llama-3.1-70b", "70b"), ("llama-3.1-405b", "405b")]
     mixtral = [("mixtral-8x7b", "8x7b"), ("mixtral-8x22b", "8x22b")]
-    runs = [
-        (
-            name,
-            f"{config}, tp=8, decoder layers",
-            lambda n=name, c=config: export_llama(tmp / n, c, 8),
-            "tp.hlo",
-        )
-        for name, config in (llama[:1] if args.quick else llama)
-    ] + [
-        (
-            f"{name} (whole model)",
-            f"{config}, tp=8, vocab-parallel embedding + decoder + vocab-parallel loss",
-            lambda n=name, c=config: export_llama(tmp / f"{n}-full", c, 8, parts="full"),
-            "tp.hlo",
-        )
-        for name, config in (llama[:1] if args.quick else llama)
-    ] + [
-        (
-            name,
-            f"{config}, ep=2 x tp=4, decoder layers",
-            lambda n=name, c=config: export_mixtral(tmp / n, c, 2, 4),
-            "ep.hlo",
-        )
-        for name, config in (mixtral[:1] if args.quick else mixtral)
-    ]
+    runs = (
+        [
+            (
+                name,
+                f"{config}, tp=8, decoder layers",
+                lambda n=name, c=config: export_llama(tmp / n, c, 8),
+                "tp.hlo",
+            )
+            for name, config in (llama[:1] if args.quick else llama)
+        ]
+        + [
+            (
+                f"{name} (whole model)",
+                f"{config}, tp=8, vocab-parallel embedding + decoder + vocab-parallel loss",
+                lambda n=name, c=config: export_llama(tmp / f"{n}-full", c, 8, parts="full"),
+                "tp.hlo",
+            )
+            for name, config in (llama[:1] if args.quick else llama)
+        ]
+        + [
+            (
+                name,
+                f"{config}, ep=2 x tp=4, decoder layers",
+                lambda n=name, c=config: export_mixtral(tmp / n, c, 2, 4),
+                "ep.hlo",
+            )
+            for name, config in (mixtral[:1] if args.quick else mixtral)
+        ]
+    )
     for name, config, export, distributed in runs:
         result = measure(export(), distributed)
         models.append({"name": name, "config": config, **result})
