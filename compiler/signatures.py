@@ -30,6 +30,7 @@ OP_ATTRS: dict[str, dict[str, str]] = {
     "take_along": {"dim": "I", "index_out": "S"},
     "in_block": {"size": "I"},
     "block_offset": {"size": "I"},
+    "one_hot": {"dim": "I", "size": "I"},
     "merge": {"dim": "I", "inner": "I"},
     "split": {"dim": "I", "inner": "I"},
 }
@@ -58,6 +59,7 @@ OP_ARITY: dict[str, tuple[int, ...]] = {
     "take_along": (2,),
     "in_block": (2,),
     "block_offset": (2,),
+    "one_hot": (1,),
 }
 
 # `splat(c)`: a scalar broadcast to whatever shape its elementwise user has.

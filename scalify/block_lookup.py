@@ -59,6 +59,133 @@ def fold_block_lookups(graph: Graph) -> None:
     graph.output_shardings = {alias.get(k, k): v for k, v in graph.output_shardings.items()}
 
 
+def fold_one_hots(graph: Graph, ranges: dict[int, tuple[float, float]]) -> None:
+    """`index == iota` along a new dim becomes `one_hot[dim, size](index)`. A one-hot of a
+    device's local index `i - c*r` over its block of c entries (r in [0, n), from `ranges`)
+    becomes the device's slice of the one-hot of i over all n*c entries:
+    `slice_at(one_hot[n*c](i), c*r)`, which the layout rules read as a shard of the
+    baseline's one-hot. Both rewrites are exact (wrap-around included: both sides compare i
+    with the same n*c values)."""
+    finder = _Finder(graph)
+    nodes: dict[int, Node] = {}
+    alias: dict[int, int] = {}
+    next_id = max(graph.nodes, default=-1) + 1
+    for node in graph.nodes.values():
+        node.operands = tuple(alias.get(o, o) for o in node.operands)
+        found = _one_hot_parts(node, graph) if node.op == "compare" else None
+        if found is None:
+            nodes[node.id] = node
+            continue
+        index, dim, size = found
+        new = _one_hot_nodes(node, index, dim, size, finder, ranges, graph, next_id)
+        next_id += len(new)
+        nodes.update({n.id: n for n in new})
+        alias[node.id] = new[-1].id
+    graph.nodes = nodes
+    graph.outputs = [alias.get(o, o) for o in graph.outputs]
+    graph.equalities = [(alias.get(a, a), alias.get(b, b)) for a, b in graph.equalities]
+    graph.output_shardings = {alias.get(k, k): v for k, v in graph.output_shardings.items()}
+
+
+def _one_hot_parts(node: Node, graph: Graph) -> tuple[int, int, int] | None:
+    """(index, new dim, size) of `broadcast(index) == iota` along one new dim."""
+    if node.attrs.get("direction") != "EQ" or node.dtype != "pred":
+        return None
+    nodes = graph.nodes
+    for spread, counted in (node.operands, node.operands[::-1]):
+        wide, iota = nodes[spread], nodes[counted]
+        if wide.op != "broadcast" or not is_int_dtype(wide.dtype):
+            continue
+        dims = tuple(wide.attrs["dims"])
+        new = [d for d in range(len(wide.shape)) if d not in dims]
+        if len(new) != 1 or list(dims) != sorted(dims):
+            continue
+        (dim,) = new
+        if nodes[wide.operands[0]].shape != tuple(n for d, n in enumerate(wide.shape) if d != dim):
+            continue
+        if _iota_along(iota, dim, nodes) and iota.dtype == wide.dtype:
+            return wide.operands[0], dim, wide.shape[dim]
+    return None
+
+
+def _iota_along(node: Node, dim: int, nodes: dict[int, Node]) -> bool:
+    """Whether `node` counts 0, 1, ... along `dim` and is constant along every other dim:
+    an iota along it, or a broadcast of an iota whose other dims have size 1."""
+    if node.op == "iota":
+        return int(node.attrs.get("dim", 0)) == dim
+    if node.op != "broadcast":
+        return False
+    source = nodes[node.operands[0]]
+    dims = tuple(node.attrs["dims"])
+    if dim not in dims:
+        return False
+    if source.op == "reshape":  # a 1-D iota with unit dims added
+        inner = nodes[source.operands[0]]
+        if inner.op != "iota" or len(inner.shape) != 1:
+            return False
+        return [k for k, n in enumerate(source.shape) if n != 1] == [dims.index(dim)]
+    k = dims.index(dim)
+    others = [n for i, n in enumerate(source.shape) if i != k]
+    return (
+        source.op == "iota" and int(source.attrs.get("dim", 0)) == k and all(n == 1 for n in others)
+    )
+
+
+def _one_hot_nodes(
+    node: Node,
+    index: int,
+    dim: int,
+    size: int,
+    finder: _Finder,
+    ranges: dict,
+    graph: Graph,
+    next_id: int,
+) -> list[Node]:
+    new: list[Node] = []
+
+    def emit(op: str, operands: tuple[int, ...], shape, dtype: str, attrs: dict) -> int:
+        made = Node(next_id + len(new), op, operands, tuple(shape), dtype, attrs)
+        made.loc, made.name, made.framework_op = node.loc, f"{node.name}.{op}", op
+        new.append(made)
+        return made.id
+
+    block = _block_offset_form(index, finder, ranges, graph)
+    if block is None:
+        emit("one_hot", (index,), node.shape, "pred", {"dim": dim, "size": size})
+        return new
+    whole, coord, n = block
+    if size != finder.block_size_of(index):
+        emit("one_hot", (index,), node.shape, "pred", {"dim": dim, "size": size})
+        return new
+    shape = list(node.shape)
+    shape[dim] = n * size
+    full = emit("one_hot", (whole,), shape, "pred", {"dim": dim, "size": n * size})
+    dtype = graph.nodes[coord].dtype
+    step = emit("constant", (), (), dtype, {"value": str(size)})
+    start = emit("mul", (coord, step), (), dtype, {})
+    attrs = {"dim": dim, "size": size, "parts": n}
+    emit("slice_at", (full, start), node.shape, "pred", attrs)
+    return new
+
+
+def _block_offset_form(index: int, finder: _Finder, ranges: dict, graph: Graph):
+    """(i, r, n) when `index` is i - c*r with r a scalar in [0, n) (c: block_size_of)."""
+    form = finder.affine(index)
+    if form is None or form[1] != 0 or len(form[0]) != 2:
+        return None
+    nodes = graph.nodes
+    arrays = [a for a in form[0] if nodes[a].shape]
+    scalars = [a for a in form[0] if not nodes[a].shape]
+    if len(arrays) != 1 or len(scalars) != 1 or form[0][arrays[0]] != 1:
+        return None
+    if nodes[arrays[0]].shape != nodes[index].shape or -form[0][scalars[0]] <= 0:
+        return None
+    lo, hi = ranges.get(scalars[0], (None, None))
+    if lo != 0 or hi is None or hi == float("inf"):
+        return None
+    return arrays[0], scalars[0], int(hi) + 1
+
+
 class _Finder:
     """Reads masks and indices of one graph (memoised affine forms)."""
 
@@ -129,13 +256,11 @@ class _Finder:
         block decides it (the index there equals index - size * coord, in [0, size)), else
         None."""
         node = self.nodes[node_id]
-        found = self.block(node_id)
+        found = self._block_of(node_id)
         if found is not None and found[0] == block:
             return not found[1]
         ops = node.operands
-        if node.op in ("reshape", "broadcast", "transpose") or (
-            node.op == "reduce" and node.attrs.get("op") in ("and", "or") and len(ops) == 1
-        ):
+        if self._keeps_positions(node):
             return self.decide(ops[0], block)
         if node.op == "not":
             inner = self.decide(ops[0], block)
@@ -153,6 +278,23 @@ class _Finder:
             return {"true": True, "false": False}.get(str(node.attrs.get("value")).lower())
         return None
 
+    def _keeps_positions(self, node: Node) -> bool:
+        """Whether every element of `node` tests the same index element as the element of
+        its operand it comes from: a reshape (row-major order is kept), a broadcast that
+        only appends dims (the index's dims lead, as in a lookup's result), a reduction of
+        predicates over dims of size 1. A transpose, or a broadcast or reduction that moves
+        or mixes positions, would test other elements' indices."""
+        if node.op == "reshape":
+            return True
+        operand = self.nodes[node.operands[0]] if node.operands else None
+        if node.op == "broadcast" and operand is not None:
+            return tuple(node.attrs["dims"]) == tuple(range(len(operand.shape)))
+        if node.op == "reduce" and node.attrs.get("op") in ("and", "or") and operand:
+            return len(node.operands) == 1 and all(
+                operand.shape[d] == 1 for d in node.attrs["dims"]
+            )
+        return False
+
     def _range_in_block(self, node_id: int, block: Block) -> tuple[int, int] | None:
         constant = self._constant(node_id)
         if constant is not None:
@@ -169,8 +311,11 @@ class _Finder:
         return path
 
     def block(self, node_id: int) -> tuple[Block, bool] | None:
-        """(block, negated) when the predicate is "index in block coord" or its negation."""
-        node_id = self._down(node_id, ("reshape", "broadcast", "transpose"))[-1]
+        """(block, negated) when the predicate, under views, is "index in block coord" or
+        its negation (callers check how the views line up)."""
+        return self._block_of(self._down(node_id, ("reshape", "broadcast", "transpose"))[-1])
+
+    def _block_of(self, node_id: int) -> tuple[Block, bool] | None:
         found = self.constraints(node_id)
         if found is None:
             return None
@@ -300,6 +445,14 @@ class _Finder:
                 return False
             return self.equals_offset(ops[1] if decided else ops[2], block)
         return False
+
+    def block_size_of(self, node_id: int) -> int | None:
+        """c when the value is i - c*r (i an array, r a scalar), else None."""
+        form = self.affine(node_id)
+        if form is None or len(form[0]) != 2:
+            return None
+        scalars = [a for a in form[0] if not self.nodes[a].shape]
+        return -form[0][scalars[0]] if len(scalars) == 1 else None
 
     def _constant(self, node_id: int) -> int | None:
         form = self.affine(node_id)

@@ -8,7 +8,7 @@ noise. Every rewrite is an identity, so the graph's meaning is unchanged.
 from __future__ import annotations
 
 from .all_to_all import fold_tiled_all_to_all
-from .block_lookup import fold_block_lookups
+from .block_lookup import fold_block_lookups, fold_one_hots
 from .int_ranges import fold_int_ranges
 from .ir import Graph, Node
 from .static_indices import fold_static_indices
@@ -145,8 +145,9 @@ def canonicalize(graph: Graph) -> Graph:
     fold_tiled_all_to_all(graph)
     _fold(graph)
     fold_static_indices(graph)
-    fold_int_ranges(graph)
+    ranges = fold_int_ranges(graph)
     fold_block_lookups(graph)
+    fold_one_hots(graph, ranges)
     _index_arithmetic(graph)
     next_id = max(graph.nodes, default=-1) + 1
     nodes: dict[int, Node] = {}

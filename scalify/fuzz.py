@@ -577,6 +577,17 @@ def _block_lookup(b: _Builder, along: bool) -> int:
     return out
 
 
+def _one_hot(b: _Builder) -> int:
+    """A one-hot of a randomly laid out integer tensor (partial sums included: the rule must
+    not take them) along a random new dim."""
+    rank = int(b.rng.integers(1, 3))
+    i = b.input(
+        tuple(b.size() for _ in range(rank)), "s32", b.operand_layout(0, rank, b.layout(rank))
+    )
+    dim = int(b.rng.integers(rank + 1))
+    return b.op("one_hot", (i,), "pred", {"dim": dim, "size": int(b.rng.integers(2, 6))})
+
+
 def _transpose(b: _Builder) -> int:
     rank = int(b.rng.integers(2, 4))
     x = b.input(
@@ -686,6 +697,8 @@ def generate(op: str, rng: np.random.Generator, hints: list[str | None] | None =
         out = _convert(b)
     elif op == "top_k":
         out = _top_k(b)
+    elif op == "one_hot":
+        out = _one_hot(b)
     elif op == "cumsum":
         out = _cumsum(b)
     elif op in COLLECTIVE_OPS:

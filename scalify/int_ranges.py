@@ -27,8 +27,9 @@ Range = tuple[float, float]  # lo, hi; +-inf when unbounded
 _UNARY_SAME = {"broadcast", "reshape", "merge", "split", "transpose", "slice", "copy"}
 
 
-def fold_int_ranges(graph: Graph) -> None:
-    """Record assumed input ranges, then fold tests and clamps that the ranges decide."""
+def fold_int_ranges(graph: Graph) -> dict[int, Range]:
+    """Record assumed input ranges, then fold tests and clamps that the ranges decide.
+    Returns the ranges of the integer nodes that have one narrower than their dtype's."""
     assumed = lookup_index_inputs(graph)
     for node_id, (lo, hi) in assumed.items():
         graph.nodes[node_id].attrs["assumed_range"] = (lo, hi)
@@ -60,6 +61,7 @@ def fold_int_ranges(graph: Graph) -> None:
     graph.outputs = [alias.get(o, o) for o in graph.outputs]
     graph.equalities = [(alias.get(a, a), alias.get(b, b)) for a, b in graph.equalities]
     graph.output_shardings = {alias.get(k, k): v for k, v in graph.output_shardings.items()}
+    return ranges
 
 
 def lookup_index_inputs(graph: Graph) -> dict[int, tuple[int, int]]:

@@ -68,6 +68,7 @@ CANONICAL_OPS = (
         "take_along",
         "in_block",
         "block_offset",
+        "one_hot",
         "opaque",
     }
 )

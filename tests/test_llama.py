@@ -203,3 +203,20 @@ def test_qk_norm_over_all_heads(cli, tmp_path, tp):
         "examples/llama/model.py",
         bug_line("qk_norm_local_heads"),
     )
+
+
+@pytest.mark.parametrize("tp", [2, 8])
+def test_one_hot_lookups(cli, tmp_path, tp):
+    """Embedding and target logit by one-hot contractions (T5X/Flax style): a device's
+    one-hot of its local ids over its block is its slice of the whole vocabulary's one-hot.
+    Out-of-range ids give zero rows on both sides, so nothing is assumed about them."""
+    out = export_tiny(
+        tmp_path, tp, "full", "--lookup", "one_hot", "--bugs", "vocab_ce_on_gathered_logits"
+    )
+    code, report = verify(cli, out, "tp")
+    assert (code, report["verdict"]) == (0, "equivalent"), report["suspects"]
+    assert not [n for n in report["notes"] if n.startswith("assumed:")]
+    code, report = verify(cli, out, "tp_vocab_ce_on_gathered_logits")
+    assert (code, report["verdict"]) == (1, "not_equivalent")
+    gather = f"all_gather at examples/llama/model.py:{bug_line('vocab_ce_on_gathered_logits')}"
+    assert gather in report["suspects"][0]["reason"]

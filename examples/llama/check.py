@@ -32,6 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fused", action="store_true", help="fused [Q|K|V] and [gate|up] weights")
     ap.add_argument("--rope", choices=("half", "interleaved"), default="half")
     ap.add_argument("--qk-norm", action="store_true", help="RMSNorm over all q and k heads")
+    ap.add_argument("--lookup", choices=("gather", "one_hot"), default="gather")
     a = ap.parse_args(argv)
     tps = [int(t) for t in a.tp.split(",")]
     parts = [p for p in a.parts.split(",") if p]
@@ -61,6 +62,8 @@ def main(argv: list[str] | None = None) -> int:
         cfg = dataclasses.replace(cfg, rope_interleaved=True)
     if a.qk_norm:
         cfg = dataclasses.replace(cfg, qk_norm=True)
+    if a.lookup == "one_hot":
+        cfg = dataclasses.replace(cfg, one_hot_lookup=True)
     rng = np.random.default_rng(0)
 
     def init(shape: tuple[int, ...]) -> np.ndarray:

@@ -29,6 +29,9 @@ class LlamaConfig:
     # QK-norm (`--qk-norm`, OLMo-2 style): an RMSNorm over all q heads and over all k heads
     # after the projections, so under tensor parallelism its statistic spans the devices.
     qk_norm: bool = False
+    # Embedding and target logit by one-hot contractions instead of gathers (`--lookup
+    # one_hot`, as T5X/Flax write them for TPUs).
+    one_hot_lookup: bool = False
 
 
 CONFIGS: dict[str, LlamaConfig] = {

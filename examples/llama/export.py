@@ -236,6 +236,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--bug-layer", type=int, help="with --parts layers: the one layer to break")
     ap.add_argument("--rope", choices=("half", "interleaved"), default="half")
     ap.add_argument("--qk-norm", action="store_true", help="RMSNorm over all q and k heads")
+    ap.add_argument("--lookup", choices=("gather", "one_hot"), default="gather")
     ap.add_argument(
         "--fused",
         action="store_true",
@@ -251,6 +252,8 @@ def main(argv: list[str] | None = None) -> None:
         cfg = dataclasses.replace(cfg, rope_interleaved=True)
     if a.qk_norm:
         cfg = dataclasses.replace(cfg, qk_norm=True)
+    if a.lookup == "one_hot":
+        cfg = dataclasses.replace(cfg, one_hot_lookup=True)
     bugs = {"all": None, "none": ()}.get(a.bugs, [b for b in a.bugs.split(",") if b])
     set_device_count(a.tp)
     for path in export_all(a.out, cfg, a.tp, a.seq, a.batch, bugs, a.parts, a.bug_layer).values():

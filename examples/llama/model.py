@@ -239,12 +239,23 @@ def mlp(x: Array, layer: Params, cfg: LlamaConfig) -> Array:
     return x + gated(h, layer) @ layer["w_down"]
 
 
-def cross_entropy(logits: Array, targets: Array) -> Array:
-    """Mean over tokens of logsumexp(logits) - logits[target]."""
+def cross_entropy(logits: Array, targets: Array, one_hot: bool = False) -> Array:
+    """Mean over tokens of logsumexp(logits) - logits[target] (the target logit picked by a
+    gather, or by a one-hot contraction as TPU code often writes it)."""
     m = jnp.max(logits, axis=-1)
     lse = m + jnp.log(jnp.sum(jnp.exp(logits - m[..., None]), axis=-1))
+    if one_hot:
+        hot = jax.nn.one_hot(targets, logits.shape[-1], dtype=logits.dtype)
+        return jnp.mean(lse - jnp.sum(logits * hot, axis=-1))
     target_logit = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
     return jnp.mean(lse - target_logit)
+
+
+def embed_tokens(embed: Array, tokens: Array, cfg: LlamaConfig) -> Array:
+    """Rows of the embedding: a gather, or a one-hot matmul (T5X/Flax `one_hot=True`)."""
+    if cfg.one_hot_lookup:
+        return jax.nn.one_hot(tokens, embed.shape[0], dtype=embed.dtype) @ embed
+    return jnp.take(embed, tokens, axis=0)
 
 
 def decoder(params: Params, x: Array, *, cfg: LlamaConfig) -> Array:
@@ -258,22 +269,24 @@ def decoder(params: Params, x: Array, *, cfg: LlamaConfig) -> Array:
 
 def llama_logits(params: Params, tokens: Array, *, cfg: LlamaConfig) -> Array:
     """tokens (B, S) int32 -> logits (B, S, vocab)."""
-    x = jnp.take(params["embed"], tokens, axis=0)
+    x = embed_tokens(params["embed"], tokens, cfg)
     return decoder(params, x, cfg=cfg) @ params["lm_head"]
 
 
 def llama(params: Params, tokens: Array, targets: Array, *, cfg: LlamaConfig) -> Array:
     """Single-device baseline: next-token cross-entropy of the whole model."""
-    return cross_entropy(llama_logits(params, tokens, cfg=cfg), targets)
+    return cross_entropy(llama_logits(params, tokens, cfg=cfg), targets, cfg.one_hot_lookup)
 
 
 # ---- tensor-parallel per-device body ----
 
 
-def tp_embed(embed: Array, tokens: Array) -> Array:
+def tp_embed(embed: Array, tokens: Array, one_hot: bool = False) -> Array:
     """Vocab-parallel lookup: this device holds rows [start, start + vocab/tp)."""
     rows = embed.shape[0]
     local = tokens - lax.axis_index("tp") * rows
+    if one_hot:  # tokens outside the block have an all-zero row: no mask needed
+        return lax.psum(jax.nn.one_hot(local, rows, dtype=embed.dtype) @ embed, "tp")
     mine = (local >= 0) & (local < rows)
     x = jnp.take(embed, jnp.clip(local, 0, rows - 1), axis=0)
     return lax.psum(jnp.where(mine[..., None], x, 0.0), "tp")
@@ -394,12 +407,15 @@ def tp_mlp(x: Array, layer: Params, cfg: LlamaConfig, bug: Bug | None) -> Array:
     return x + lax.psum(partial_sum, "tp")
 
 
-def tp_cross_entropy(logits: Array, targets: Array) -> Array:
+def tp_cross_entropy(logits: Array, targets: Array, one_hot: bool = False) -> Array:
     """Vocab-parallel cross-entropy on logits split over "tp" along the vocab."""
     cols = logits.shape[-1]
     m = lax.pmax(jnp.max(logits, axis=-1), "tp")
     lse = m + jnp.log(lax.psum(jnp.sum(jnp.exp(logits - m[..., None]), axis=-1), "tp"))
     local = targets - lax.axis_index("tp") * cols
+    if one_hot:
+        hot = jax.nn.one_hot(local, cols, dtype=logits.dtype)
+        return jnp.mean(lse - lax.psum(jnp.sum(logits * hot, axis=-1), "tp"))
     mine = (local >= 0) & (local < cols)
     target_logit = jnp.take_along_axis(logits, jnp.clip(local, 0, cols - 1)[..., None], axis=-1)
     target_logit = lax.psum(jnp.where(mine, target_logit[..., 0], 0.0), "tp")
@@ -465,7 +481,7 @@ def tp_llama_logits(
     params: Params, tokens: Array, *, cfg: LlamaConfig, bug: Bug | None = None
 ) -> Array:
     """Per-device body up to the LM head: returns this device's vocab slice of the logits."""
-    x = tp_embed(params["embed"], tokens)
+    x = tp_embed(params["embed"], tokens, cfg.one_hot_lookup)
     return tp_decoder(params, x, cfg=cfg, bug=bug) @ params["lm_head"]
 
 
@@ -476,4 +492,4 @@ def tp_llama(
     out = tp_llama_logits(params, tokens, cfg=cfg, bug=bug)  # (B, S, vocab/tp)
     if bug == "vocab_ce_on_gathered_logits":
         out = lax.all_gather(out, "tp", axis=2, tiled=True)  # BUG: vocab_ce_on_gathered_logits
-    return tp_cross_entropy(out, targets)
+    return tp_cross_entropy(out, targets, cfg.one_hot_lookup)

@@ -108,6 +108,9 @@ def _dim_maps(node: Node, ranks: list[int], out_rank: int) -> list[list[int]]:
         return [[-1 if e == d else e for e in range(ranks[0])], list(range(ranks[1]))]
     if op in ("in_block", "block_offset"):  # elementwise over the index; a scalar block
         return [list(range(ranks[0])), []]
+    if op == "one_hot":  # a new dim at `dim`; the index's dims keep their order around it
+        d = a["dim"]
+        return [[e if e < d else e + 1 for e in range(ranks[0])]]
     if op == "split":  # dim p -> (p, p+1): a shard of it lands on the outer part
         p = a["dim"]
         return [[d if d <= p else d + 1 for d in range(ranks[0])]]
@@ -195,6 +198,10 @@ def node_signature(
         parts.append(f"dim={a['dim']}")
         sig.attrs_i["dim"] = int(a["dim"])
         sig.attrs_s["index_out"] = _ints(range(ranks[1]))  # where the index dims land
+    elif node.op == "one_hot":
+        for name in ("dim", "size"):
+            parts.append(f"{name}={a[name]}")
+            sig.attrs_i[name] = int(a[name])
     elif node.op in ("in_block", "block_offset"):
         parts.append(f"size={a['size']}")
         sig.attrs_i["size"] = int(a["size"])

@@ -250,6 +250,11 @@ def apply(node: Node, args: list[np.ndarray], operand_dtypes: list[str]) -> np.n
         return np.cumsum(args[0], axis=int(node.attrs["dim"])).astype(args[0].dtype)
     if op in ("take", "take_along"):
         return _take(node, args[0], args[1])
+    if op == "one_hot":
+        dim, size = int(node.attrs["dim"]), int(node.attrs["size"])
+        shape = [1] * (args[0].ndim + 1)
+        shape[dim] = size
+        return np.expand_dims(args[0], dim) == np.arange(size).reshape(shape)
     if op in ("in_block", "block_offset"):
         size = int(node.attrs["size"])
         start = args[1] * size
