@@ -116,3 +116,19 @@ def test_fuzzing_catches_a_block_lookup_that_skips_the_size_check(cli, tmp_path)
     (rules / "bad.srl").write_text(BLOCK_TAKE_WITHOUT_SIZE)
     result = cli("rules", "lint", "--fuzz", "60", str(rules))
     assert "rule `block_take_any_size` is UNSOUND" in result.out
+
+
+def test_fuzzing_catches_a_one_hot_taken_over_partial_sums(cli, tmp_path):
+    """A one-hot is not linear: the fuzzer's partial-sum operands refute this rule."""
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    shutil.copy(REPO / "rules" / "core.srl", rules / "core.srl")
+    (rules / "bad.srl").write_text(
+        "# UNSOUND on purpose: a one-hot of each device's part summed is no one-hot\n"
+        "rule one_hot_partial:\n"
+        "  match   one_hot(X)\n"
+        "  where   X ~ x @ partial(sum, a)\n"
+        "  rewrite one_hot(X) ~ one_hot(x) @ partial(sum, a)\n"
+    )
+    result = cli("rules", "lint", "--fuzz", "40", str(rules))
+    assert "rule `one_hot_partial` is UNSOUND" in result.out
