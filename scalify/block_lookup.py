@@ -40,23 +40,12 @@ class Block:
 def fold_block_lookups(graph: Graph) -> None:
     """Rewrite every masked lookup into a device's block into the canonical form."""
     finder = _Finder(graph)
-    nodes: dict[int, Node] = {}
-    alias: dict[int, int] = {}
-    next_id = max(graph.nodes, default=-1) + 1
-    for node in graph.nodes.values():
-        node.operands = tuple(alias.get(o, o) for o in node.operands)
+
+    def rewrite(node: Node, next_id: int) -> list[Node]:
         found = finder.masked_lookup(node) if node.op == "select" else None
-        if found is None:
-            nodes[node.id] = node
-            continue
-        new = _rewrite(node, *found, graph, next_id)
-        next_id += len(new)
-        nodes.update({n.id: n for n in new})
-        alias[node.id] = new[-1].id
-    graph.nodes = nodes
-    graph.outputs = [alias.get(o, o) for o in graph.outputs]
-    graph.equalities = [(alias.get(a, a), alias.get(b, b)) for a, b in graph.equalities]
-    graph.output_shardings = {alias.get(k, k): v for k, v in graph.output_shardings.items()}
+        return [] if found is None else _rewrite(node, *found, graph, next_id)
+
+    _replace_nodes(graph, rewrite)
 
 
 def fold_one_hots(graph: Graph, ranges: dict[int, tuple[float, float]]) -> None:
@@ -67,17 +56,28 @@ def fold_one_hots(graph: Graph, ranges: dict[int, tuple[float, float]]) -> None:
     baseline's one-hot. Both rewrites are exact (wrap-around included: both sides compare i
     with the same n*c values)."""
     finder = _Finder(graph)
+
+    def rewrite(node: Node, next_id: int) -> list[Node]:
+        found = _one_hot_parts(node, graph) if node.op == "compare" else None
+        if found is None:
+            return []
+        return _one_hot_nodes(node, *found, finder, ranges, graph, next_id)
+
+    _replace_nodes(graph, rewrite)
+
+
+def _replace_nodes(graph: Graph, rewrite) -> None:
+    """Replace each node that `rewrite(node, next_id)` gives new nodes for (in graph order,
+    operands first) by the last of them, keeping the graph's order topological."""
     nodes: dict[int, Node] = {}
     alias: dict[int, int] = {}
     next_id = max(graph.nodes, default=-1) + 1
     for node in graph.nodes.values():
         node.operands = tuple(alias.get(o, o) for o in node.operands)
-        found = _one_hot_parts(node, graph) if node.op == "compare" else None
-        if found is None:
+        new = rewrite(node, next_id)
+        if not new:
             nodes[node.id] = node
             continue
-        index, dim, size = found
-        new = _one_hot_nodes(node, index, dim, size, finder, ranges, graph, next_id)
         next_id += len(new)
         nodes.update({n.id: n for n in new})
         alias[node.id] = new[-1].id

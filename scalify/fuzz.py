@@ -101,6 +101,20 @@ class _Builder:
     def size(self) -> int:
         return self.unit * int(self.rng.integers(1, 3))
 
+    def mesh_stride(self, axis: str) -> int:
+        """How far apart in device ids consecutive coordinates of `axis` are."""
+        stride = 1
+        for name, size in reversed(self.mesh.axes):
+            if name == axis:
+                break
+            stride *= size
+        return stride
+
+    def maybe_wrong(self, value: int) -> int:
+        """`value` most of the time, a random other one otherwise (device-index arithmetic
+        with a wrong stride, count or block size)."""
+        return value if self.rng.random() < 0.75 else int(self.rng.integers(1, 2 * value + 2))
+
     def layout(self, rank: int, allow_partial: bool = True, sharded: bool = False) -> Layout:
         if rank and len(self.mesh.axes) > 1 and self.rng.random() < 0.15:
             # one dim split over every axis, in either order: the order picks the blocks
@@ -466,14 +480,8 @@ def _slice_at_coordinate(b: _Builder) -> int:
     names = b.mesh.names
     axis = names[int(b.rng.integers(len(names)))]
     n = b.mesh.axis_size(axis)
-    stride = 1
-    for name, size in reversed(b.mesh.axes):
-        if name == axis:
-            break
-        stride *= size
-
-    def maybe_wrong(value: int) -> int:
-        return value if b.rng.random() < 0.75 else int(b.rng.integers(1, 2 * value + 2))
+    stride = b.mesh_stride(axis)
+    maybe_wrong = b.maybe_wrong
 
     rank = int(b.rng.integers(1, 3))
     shape = [b.size() for _ in range(rank)]
@@ -519,14 +527,8 @@ def _block_lookup(b: _Builder, along: bool) -> int:
     the time and wrong otherwise."""
     axis = b.axis
     n = b.mesh.axis_size(axis)
-    stride = 1
-    for name, size in reversed(b.mesh.axes):
-        if name == axis:
-            break
-        stride *= size
-
-    def maybe_wrong(value: int) -> int:
-        return value if b.rng.random() < 0.75 else int(b.rng.integers(1, 2 * value + 2))
+    stride = b.mesh_stride(axis)
+    maybe_wrong = b.maybe_wrong
 
     c = int(b.rng.integers(1, 4))
     d = int(b.rng.integers(2))

@@ -14,25 +14,21 @@ it (or changes them where export.py skips it).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import sys
 from collections.abc import Callable
 from typing import Any
 
+from config import add_variant_options, config_from
+
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--config", default="tiny")
+    add_variant_options(ap)
     ap.add_argument("--tp", default="2,4,8,16")
     ap.add_argument("--parts", default="full,layers", help="comma-separated: full, layers")
-    ap.add_argument("--layers", type=int)
     ap.add_argument("--seq", type=int, default=8)
     ap.add_argument("--batch", type=int, default=2)
-    ap.add_argument("--fused", action="store_true", help="fused [Q|K|V] and [gate|up] weights")
-    ap.add_argument("--rope", choices=("half", "interleaved"), default="half")
-    ap.add_argument("--qk-norm", action="store_true", help="RMSNorm over all q and k heads")
-    ap.add_argument("--lookup", choices=("gather", "one_hot"), default="gather")
     a = ap.parse_args(argv)
     tps = [int(t) for t in a.tp.split(",")]
     parts = [p for p in a.parts.split(",") if p]
@@ -46,24 +42,14 @@ def main(argv: list[str] | None = None) -> int:
     import jax
     import jax.numpy as jnp
     import numpy as np
-    from export import CONFIGS, baseline_function, check_divisible, skip_reason, tp_function
+    from export import baseline_function, check_divisible, skip_reason, tp_function
     from jax.sharding import Mesh
     from model import BUGS, PARTS, param_shapes, part_params
 
     unknown = set(parts) - set(PARTS)
     if unknown:
         raise ValueError(f"unknown parts {sorted(unknown)}; known: {', '.join(PARTS)}")
-    cfg = CONFIGS[a.config]
-    if a.layers is not None:
-        cfg = dataclasses.replace(cfg, layers=a.layers)
-    if a.fused:
-        cfg = dataclasses.replace(cfg, fused=True)
-    if a.rope == "interleaved":
-        cfg = dataclasses.replace(cfg, rope_interleaved=True)
-    if a.qk_norm:
-        cfg = dataclasses.replace(cfg, qk_norm=True)
-    if a.lookup == "one_hot":
-        cfg = dataclasses.replace(cfg, one_hot_lookup=True)
+    cfg = config_from(a)
     rng = np.random.default_rng(0)
 
     def init(shape: tuple[int, ...]) -> np.ndarray:

@@ -6,6 +6,8 @@ left out, so `rope_theta` alone sets the rotary frequencies.
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 from dataclasses import dataclass
 
 
@@ -48,3 +50,31 @@ CONFIGS: dict[str, LlamaConfig] = {
         layers=126, hidden=16384, heads=128, kv_heads=8, head_dim=128, ffn=53248, vocab=128256
     ),
 }
+
+
+def add_variant_options(ap: argparse.ArgumentParser) -> None:
+    """The command-line options that pick a model variant (export.py and check.py)."""
+    ap.add_argument("--config", choices=sorted(CONFIGS), default="tiny")
+    ap.add_argument("--layers", type=int, help="override the config's layer count")
+    ap.add_argument(
+        "--fused",
+        action="store_true",
+        help="fused [Q|K|V] and [gate|up] weights, cut per part on each device",
+    )
+    ap.add_argument("--rope", choices=("half", "interleaved"), default="half")
+    ap.add_argument("--qk-norm", action="store_true", help="RMSNorm over all q and k heads")
+    ap.add_argument("--lookup", choices=("gather", "one_hot"), default="gather")
+
+
+def config_from(args: argparse.Namespace) -> LlamaConfig:
+    """The config the variant options describe."""
+    cfg = CONFIGS[args.config]
+    if args.layers is not None:
+        cfg = dataclasses.replace(cfg, layers=args.layers)
+    return dataclasses.replace(
+        cfg,
+        fused=args.fused,
+        rope_interleaved=args.rope == "interleaved",
+        qk_norm=args.qk_norm,
+        one_hot_lookup=args.lookup == "one_hot",
+    )

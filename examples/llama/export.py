@@ -20,7 +20,6 @@ XLA_FLAGS itself (tests use the CLI).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 from collections.abc import Callable, Sequence
 from functools import partial
@@ -32,7 +31,7 @@ for folder in (HERE, HERE.parent):
     if str(folder) not in sys.path:
         sys.path.insert(0, str(folder))
 
-from config import CONFIGS, LlamaConfig  # noqa: E402
+from config import LlamaConfig, add_variant_options, config_from  # noqa: E402
 from hlo_export import set_device_count, write_hlo  # noqa: E402
 
 
@@ -226,34 +225,15 @@ def main(argv: list[str] | None = None) -> None:
     """CLI entry: fix the device count, then export."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--config", choices=sorted(CONFIGS), default="tiny")
+    add_variant_options(ap)
     ap.add_argument("--tp", type=int, default=4)
     ap.add_argument("--parts", choices=("full", "layers", "sp_layers"), default="full")
-    ap.add_argument("--layers", type=int, help="override the config's layer count")
     ap.add_argument("--seq", type=int, default=8)
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--bugs", default="all", help="all, none, or a comma-separated list")
     ap.add_argument("--bug-layer", type=int, help="with --parts layers: the one layer to break")
-    ap.add_argument("--rope", choices=("half", "interleaved"), default="half")
-    ap.add_argument("--qk-norm", action="store_true", help="RMSNorm over all q and k heads")
-    ap.add_argument("--lookup", choices=("gather", "one_hot"), default="gather")
-    ap.add_argument(
-        "--fused",
-        action="store_true",
-        help="fused [Q|K|V] and [gate|up] weights, cut per part on each device",
-    )
     a = ap.parse_args(argv)
-    cfg = CONFIGS[a.config]
-    if a.layers is not None:
-        cfg = dataclasses.replace(cfg, layers=a.layers)
-    if a.fused:
-        cfg = dataclasses.replace(cfg, fused=True)
-    if a.rope == "interleaved":
-        cfg = dataclasses.replace(cfg, rope_interleaved=True)
-    if a.qk_norm:
-        cfg = dataclasses.replace(cfg, qk_norm=True)
-    if a.lookup == "one_hot":
-        cfg = dataclasses.replace(cfg, one_hot_lookup=True)
+    cfg = config_from(a)
     bugs = {"all": None, "none": ()}.get(a.bugs, [b for b in a.bugs.split(",") if b])
     set_device_count(a.tp)
     for path in export_all(a.out, cfg, a.tp, a.seq, a.batch, bugs, a.parts, a.bug_layer).values():

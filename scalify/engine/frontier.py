@@ -359,39 +359,56 @@ def _cut_dims(node: Node, dist: Graph) -> set[int]:
     }
 
 
-def _sharded_at(node_id: int, dist: Graph, proven: Proven, budget: int = 64) -> str:
+def _sharded_at(node_id: int, dist: Graph, proven: Proven) -> str:
     """Where a sharded value got its shard: the nearest device slice, input or collective
     upstream that is sharded, as `op at file:line` (or `input NAME`)."""
-    seen, queue = set(), [node_id]
-    while queue and len(seen) < budget:
-        current = dist.node(queue.pop(0))
-        if current.id in seen:
-            continue
-        seen.add(current.id)
-        if current.op == "parameter":
-            return f"input `{dist.input_name(current.id)}`"
-        if current.op in ("slice_at", "reduce_scatter", "all_to_all") and current.loc:
-            return f"{current.op} at {current.loc.file}:{current.loc.line}"
-        queue += [o for o in current.operands if any(map(_has_shard, _layouts(o, proven)))]
-    return ""
+
+    def origin(node: Node) -> str:
+        if node.op == "parameter":
+            return f"input `{dist.input_name(node.id)}`"
+        if node.op in ("slice_at", "reduce_scatter", "all_to_all") and node.loc:
+            return f"{node.op} at {node.loc.file}:{node.loc.line}"
+        return ""
+
+    return _nearest_upstream(
+        node_id, dist, origin, lambda o: any(map(_has_shard, _layouts(o, proven)))
+    )
 
 
 def _has_shard(layout: Layout) -> bool:
     return any(p.kind == "shard" for p in layout)
 
 
-def _completed_at(node_id: int, dist: Graph, proven: Proven, budget: int = 64) -> str:
+def _completed_at(node_id: int, dist: Graph, proven: Proven) -> str:
     """The nearest collective upstream of a complete value that made it complete (an
     all-gather or all-reduce), as `op at file:line`: where a reduction applied twice began."""
+
+    def origin(node: Node) -> str:
+        if node.op in ("all_gather", "all_reduce") and node.loc is not None:
+            return f"{node.op} at {node.loc.file}:{node.loc.line}"
+        return ""
+
+    return _nearest_upstream(node_id, dist, origin, lambda o: o in proven)
+
+
+def _nearest_upstream(
+    node_id: int,
+    dist: Graph,
+    origin: Callable[[Node], str],
+    follow: Callable[[int], bool],
+    budget: int = 64,
+) -> str:
+    """Breadth-first up the operands that `follow` admits: the first non-empty `origin`."""
     seen, queue = set(), [node_id]
     while queue and len(seen) < budget:
         current = dist.node(queue.pop(0))
         if current.id in seen:
             continue
         seen.add(current.id)
-        if current.op in ("all_gather", "all_reduce") and current.loc is not None:
-            return f"{current.op} at {current.loc.file}:{current.loc.line}"
-        queue += [o for o in current.operands if o in proven]
+        found = origin(current)
+        if found:
+            return found
+        queue += [o for o in current.operands if follow(o)]
     return ""
 
 
