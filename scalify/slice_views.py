@@ -1,5 +1,5 @@
-"""Static slices moved toward the values they read, as alternative forms, derived from a
-graph as it is proved (`with_slice_alternatives`).
+"""Static slices (and reshape views of a matmul's result) moved toward the values they
+read, as alternative forms, derived from a graph as it is proved (`with_slice_alternatives`).
 
 A fused projection is computed once and split afterwards: `q, k, v = split(x @ [Wq|Wk|Wv])`,
 `g, u = split(x @ [Wg|Wu])`. A correct tensor-parallel version gives each device its block
@@ -12,6 +12,10 @@ whose free dim it cuts, into the one piece of a `concatenate` it falls in, throu
 another dim. Every step is an identity of static shapes, and both graphs get the same
 treatment, so `split(x @ w)` on both sides meets at `x @ slice(w)`.
 
+A `split` or `merge` of a dot's free dims moves into the operand they come from the same
+way, so `(x @ Wq).reshape(b, s, heads, head_dim)` meets code that projects straight into
+heads with `Wq` viewed as (hidden, heads, head_dim).
+
 Like the unit-dim forms (unit_dims.py), these copy the computation they move through, so
 they are made from the graph exactly as it stands when proved and never stored in it.
 """
@@ -23,18 +27,32 @@ from dataclasses import replace
 from .ir import Graph, Node
 
 
-def with_slice_alternatives(graph: Graph) -> Graph:
+def with_slice_alternatives(graph: Graph, baseline: bool) -> Graph:
     """A copy of `graph` with the moved forms of its one-dim slices, each placed right after
-    the slice it equals (graph order stays topological, layer cuts stay where they were)."""
+    the slice it equals (graph order stays topological, layer cuts stay where they were).
+
+    The distributed graph gets only the forms that pick a part of a fused value (a moved
+    slice that picks a piece of a concatenation or whole rows of a merge); the baseline gets
+    every form. An equality in the baseline only joins baseline terms. One in the distributed
+    graph can relate a node to two baseline terms that are equal but not joined (the rules
+    build them from the node's two forms), and every op after it then doubles the terms the
+    proof builds: a slice moved into `x @ split(w)` (RoPE's halves of heads projected
+    straight from a viewed weight) did that."""
     copy = replace(graph, nodes=dict(graph.nodes), equalities=list(graph.equalities), derived={})
     mover = _Mover(copy)
     placed: dict[int, list[int]] = {}
     for node in list(copy.nodes.values()):
         cut = _one_dim_cut(node, copy)
-        if cut is None:
+        if cut is None and not (baseline and node.op in ("merge", "split")):
             continue
         first = mover.next_id
-        moved = mover.slice(node.operands[0], *cut, like=node)
+        mover.picked = False
+        if cut is not None:
+            moved = mover.slice(node.operands[0], *cut, like=node)
+            if not (baseline or mover.picked):
+                moved = None
+        else:
+            moved = mover.view_into_dot(node)
         if moved is not None:
             copy.equalities.append((node.id, moved))
             placed[node.id] = list(range(first, mover.next_id))
@@ -71,6 +89,7 @@ class _Mover:
     def __init__(self, graph: Graph) -> None:
         self.graph = graph
         self.next_id = max(graph.nodes, default=-1) + 1
+        self.picked = False  # the last move picked a piece of a concatenation or a merge
 
     def discard(self, first: int) -> None:
         for i in range(first, self.next_id):
@@ -113,6 +132,7 @@ class _Mover:
             for piece in node.operands:
                 size = self.graph.node(piece).shape[d]
                 if offset <= s and e <= offset + size:
+                    self.picked = True
                     return self._deeper(piece, d, s - offset, e - offset, like)
                 offset += size
             return None
@@ -124,6 +144,7 @@ class _Mover:
                 return self._add(node, "merge", (below,), shape, a)
             if s % inner or e % inner:
                 return None
+            self.picked = True
             if e - s == inner:  # one row of the outer dim: pick it, the dims join
                 return self._pick(node.operands[0], p, s // inner, like)
             below = self._deeper(node.operands[0], p, s // inner, e // inner, like)
@@ -140,6 +161,37 @@ class _Mover:
             below = self._deeper(node.operands[0], d, s, e, like)
             return self._add(node, "slice_at", (below, node.operands[1]), shape, a)
         return None
+
+    def view_into_dot(self, view: Node) -> int | None:
+        """`split`/`merge` of a dot's free dims as the dot of the viewed operand: the head
+        split of `x @ Wq` equals `x @ Wq` viewed as (hidden, heads, head_dim), which is how
+        code that projects straight into heads (Flax's DenseGeneral, an einsum) writes it."""
+        node = self.graph.node(view.operands[0])
+        if node.op != "dot":
+            return None
+        p, inner = view.attrs["dim"], view.attrs["inner"]
+        side, dim = _free_dim_source(node, p, self.graph)
+        if side is None:
+            return None
+        operand = self.graph.node(node.operands[side])
+        if view.op == "merge":
+            other, next_dim = _free_dim_source(node, p + 1, self.graph)
+            if other != side or next_dim != dim + 1:
+                return None  # the merged dims must be neighbours in one operand
+            shape = operand.shape[:dim] + (operand.shape[dim] * inner,) + operand.shape[dim + 2 :]
+            shift = -1
+        else:
+            outer = operand.shape[dim] // inner
+            shape = operand.shape[:dim] + (outer, inner) + operand.shape[dim + 1 :]
+            shift = 1
+        viewed = self._add(view, view.op, (operand.id,), shape, {"dim": dim, "inner": inner})
+        keys = ("lhs_batch", "lhs_contracting") if side == 0 else ("rhs_batch", "rhs_contracting")
+        attrs = dict(node.attrs)
+        for key in keys:
+            attrs[key] = tuple(d + shift if d > dim else d for d in attrs.get(key, ()))
+        operands = list(node.operands)
+        operands[side] = viewed
+        return self._add(node, "dot", tuple(operands), view.shape, attrs)
 
     def _pick(self, y: int, p: int, index: int, like: Node) -> int | None:
         """`y` at entry `index` of dim p, with that dim gone (dim p+1 becomes dim p): what a

@@ -220,3 +220,16 @@ def test_one_hot_lookups(cli, tmp_path, tp):
     assert (code, report["verdict"]) == (1, "not_equivalent")
     gather = f"all_gather at examples/llama/model.py:{bug_line('vocab_ce_on_gathered_logits')}"
     assert gather in report["suspects"][0]["reason"]
+
+
+@pytest.mark.parametrize("tp", [2, 8])
+def test_heads_projected_straight_from_a_viewed_weight(cli, tmp_path, tp):
+    """The tp body projects into heads with the weights viewed as (hidden, heads, head_dim)
+    (Flax DenseGeneral), the baseline reshapes after the matmul: the two meet through the
+    view moved into the matmul. RoPE then slices those heads; such a slice must not be
+    moved in the distributed graph, where it related one value to two unjoined baseline
+    terms and the e-graph doubled at every op after it (a million nodes for one layer)."""
+    out = export_tiny(tmp_path, tp, "full", "--heads-view", "--bugs", "none")
+    code, report = verify(cli, out, "tp")
+    assert (code, report["verdict"]) == (0, "equivalent"), report["suspects"]
+    assert report["stats"]["egraph_nodes"] < 20_000

@@ -34,6 +34,10 @@ class LlamaConfig:
     # Embedding and target logit by one-hot contractions instead of gathers (`--lookup
     # one_hot`, as T5X/Flax write them for TPUs).
     one_hot_lookup: bool = False
+    # The tensor-parallel body projects q/k/v straight into heads with the weights viewed as
+    # (hidden, heads, head_dim) (`--heads-view`, Flax DenseGeneral style); the baseline keeps
+    # matmul-then-reshape, so the two are written differently.
+    heads_view: bool = False
 
 
 CONFIGS: dict[str, LlamaConfig] = {
@@ -64,6 +68,11 @@ def add_variant_options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--rope", choices=("half", "interleaved"), default="half")
     ap.add_argument("--qk-norm", action="store_true", help="RMSNorm over all q and k heads")
     ap.add_argument("--lookup", choices=("gather", "one_hot"), default="gather")
+    ap.add_argument(
+        "--heads-view",
+        action="store_true",
+        help="the tp body projects straight into heads (weights viewed as hidden x heads x dim)",
+    )
 
 
 def config_from(args: argparse.Namespace) -> LlamaConfig:
@@ -77,4 +86,5 @@ def config_from(args: argparse.Namespace) -> LlamaConfig:
         rope_interleaved=args.rope == "interleaved",
         qk_norm=args.qk_norm,
         one_hot_lookup=args.lookup == "one_hot",
+        heads_view=args.heads_view,
     )

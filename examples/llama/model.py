@@ -327,7 +327,7 @@ def attention_partial(
         wk, wv = layer["wk"], layer["wv"]  # column-parallel when kv_heads >= tp
         if not kv_sharded(cfg, tp):  # whole: slice the kv head we read
             wk, wv = slice_kv_head(wk, wv, local_heads, cfg, bug)
-        q, k, v = h @ layer["wq"], h @ wk, h @ wv  # column-parallel: this device's heads
+        q, k, v = (project(h, w, cfg) for w in (layer["wq"], wk, wv))  # this device's heads
     if "q_norm" in layer:  # the norms span all heads: their statistic sums over devices
         q = heads_rms_norm(q, layer["q_norm"], cfg.heads * hd, cfg.rms_eps, bug)
         k = heads_rms_norm(k, layer["k_norm"], cfg.kv_heads * hd, cfg.rms_eps, None)
@@ -357,6 +357,15 @@ def heads_rms_norm(x: Array, w: Array, width: int, eps: float, bug: Bug | None) 
     else:
         ms = lax.psum(jnp.sum(x * x, axis=-1, keepdims=True), "tp") / width
     return x * lax.rsqrt(ms + eps) * w
+
+
+def project(h: Array, w: Array, cfg: LlamaConfig) -> Array:
+    """h @ w, or (`heads_view`, as Flax's DenseGeneral writes it) straight into heads with w
+    viewed as (hidden, heads, head_dim); merged back either way, (B, S, heads * head_dim)."""
+    if not cfg.heads_view:
+        return h @ w
+    heads = jnp.einsum("bsm,mhd->bshd", h, w.reshape(w.shape[0], -1, cfg.head_dim))
+    return heads.reshape(*h.shape[:2], -1)
 
 
 def one_block(w: Array, tp: int) -> Array:
