@@ -43,7 +43,7 @@ def with_slice_alternatives(graph: Graph, baseline: bool) -> Graph:
     placed: dict[int, list[int]] = {}
     for node in list(copy.nodes.values()):
         cut = _one_dim_cut(node, copy)
-        if cut is None and not (baseline and node.op in ("merge", "split")):
+        if cut is None and not (baseline and node.op in ("merge", "split", "dot")):
             continue
         first = mover.next_id
         mover.picked = False
@@ -51,6 +51,8 @@ def with_slice_alternatives(graph: Graph, baseline: bool) -> Graph:
             moved = mover.slice(node.operands[0], *cut, like=node)
             if not (baseline or mover.picked):
                 moved = None
+        elif node.op == "dot":
+            moved = mover.view_out_of_dot(node)
         else:
             moved = mover.view_into_dot(node)
         if moved is not None:
@@ -193,6 +195,41 @@ class _Mover:
         operands[side] = viewed
         return self._add(node, "dot", tuple(operands), view.shape, attrs)
 
+    def view_out_of_dot(self, node: Node) -> int | None:
+        """A dot of an operand viewed along its free dims (split or merged) as that view of
+        the dot of the operand itself: the other direction of `view_into_dot`, so that heads
+        projected from a viewed weight also meet a matmul that is reshaped afterwards."""
+        for side in (0, 1):
+            view = self.graph.node(node.operands[side])
+            if view.op not in ("merge", "split"):
+                continue
+            e, inner = view.attrs["dim"], view.attrs["inner"]
+            keys = (
+                ("lhs_batch", "lhs_contracting") if side == 0 else ("rhs_batch", "rhs_contracting")
+            )
+            fixed = {d for key in keys for d in node.attrs.get(key, ())}
+            touched = {e, e + 1}
+            if fixed & touched:
+                continue  # the view reshapes a batch or contracted dim
+            shift = 1 if view.op == "merge" else -1  # operand dims after e in the unviewed one
+            attrs = dict(node.attrs)
+            for key in keys:
+                attrs[key] = tuple(d + shift if d > e else d for d in attrs.get(key, ()))
+            operands = list(node.operands)
+            operands[side] = view.operands[0]
+            probe = Node(-1, "dot", tuple(operands), (), node.dtype, attrs)
+            p = _output_position(probe, side, e, self.graph)
+            source = self.graph.node(view.operands[0])
+            if view.op == "split":
+                shape = node.shape[:p] + (node.shape[p] * node.shape[p + 1],) + node.shape[p + 2 :]
+                outer_op, outer_attrs = "split", {"dim": p, "inner": inner}
+            else:
+                shape = node.shape[:p] + source.shape[e : e + 2] + node.shape[p + 1 :]
+                outer_op, outer_attrs = "merge", {"dim": p, "inner": source.shape[e + 1]}
+            inner_dot = self._add(node, "dot", tuple(operands), shape, attrs)
+            return self._add(node, outer_op, (inner_dot,), node.shape, outer_attrs)
+        return None
+
     def _pick(self, y: int, p: int, index: int, like: Node) -> int | None:
         """`y` at entry `index` of dim p, with that dim gone (dim p+1 becomes dim p): what a
         one-row slice of `merge(y)` at dim p equals."""
@@ -229,6 +266,22 @@ class _Mover:
 
 def _cut(shape: tuple[int, ...], d: int, size: int) -> tuple[int, ...]:
     return shape[:d] + (size,) + shape[d + 1 :]
+
+
+def _output_position(node: Node, side: int, dim: int, graph: Graph) -> int:
+    """Where free dim `dim` of operand `side` lands in a dot's result."""
+    for d in range(_dot_rank(node, graph)):
+        if _free_dim_source(node, d, graph) == (side, dim):
+            return d
+    raise ValueError("not a free dim")
+
+
+def _dot_rank(node: Node, graph: Graph) -> int:
+    a = node.attrs
+    ranks = [len(graph.node(o).shape) for o in node.operands]
+    batch = len(a.get("lhs_batch", ()))
+    contracted = len(a.get("lhs_contracting", ()))
+    return batch + (ranks[0] - batch - contracted) + (ranks[1] - batch - contracted)
 
 
 def _free_dim_source(node: Node, d: int, graph: Graph) -> tuple[int | None, int]:

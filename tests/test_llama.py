@@ -222,14 +222,14 @@ def test_one_hot_lookups(cli, tmp_path, tp):
     assert gather in report["suspects"][0]["reason"]
 
 
-@pytest.mark.parametrize("tp", [2, 8])
-def test_heads_projected_straight_from_a_viewed_weight(cli, tmp_path, tp):
-    """The tp body projects into heads with the weights viewed as (hidden, heads, head_dim)
-    (Flax DenseGeneral), the baseline reshapes after the matmul: the two meet through the
-    view moved into the matmul. RoPE then slices those heads; such a slice must not be
+@pytest.mark.parametrize(("tp", "side"), [(2, "tp"), (8, "tp"), (4, "baseline")])
+def test_heads_projected_straight_from_a_viewed_weight(cli, tmp_path, tp, side):
+    """One side projects into heads with the weights viewed as (hidden, heads, head_dim)
+    (Flax DenseGeneral), the other reshapes after the matmul: they meet through the view
+    moved into or out of the matmul. RoPE then slices those heads; such a slice must not be
     moved in the distributed graph, where it related one value to two unjoined baseline
     terms and the e-graph doubled at every op after it (a million nodes for one layer)."""
-    out = export_tiny(tmp_path, tp, "full", "--heads-view", "--bugs", "none")
+    out = export_tiny(tmp_path, tp, "full", "--heads-view", side, "--bugs", "none")
     code, report = verify(cli, out, "tp")
     assert (code, report["verdict"]) == (0, "equivalent"), report["suspects"]
     assert report["stats"]["egraph_nodes"] < 20_000

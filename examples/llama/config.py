@@ -34,10 +34,10 @@ class LlamaConfig:
     # Embedding and target logit by one-hot contractions instead of gathers (`--lookup
     # one_hot`, as T5X/Flax write them for TPUs).
     one_hot_lookup: bool = False
-    # The tensor-parallel body projects q/k/v straight into heads with the weights viewed as
-    # (hidden, heads, head_dim) (`--heads-view`, Flax DenseGeneral style); the baseline keeps
+    # One side projects q/k/v straight into heads with the weights viewed as (hidden, heads,
+    # head_dim) (`--heads-view tp|baseline`, Flax DenseGeneral style) while the other keeps
     # matmul-then-reshape, so the two are written differently.
-    heads_view: bool = False
+    heads_view: str = "none"
 
 
 CONFIGS: dict[str, LlamaConfig] = {
@@ -70,8 +70,9 @@ def add_variant_options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--lookup", choices=("gather", "one_hot"), default="gather")
     ap.add_argument(
         "--heads-view",
-        action="store_true",
-        help="the tp body projects straight into heads (weights viewed as hidden x heads x dim)",
+        choices=("none", "tp", "baseline"),
+        default="none",
+        help="the side that projects straight into heads (weights viewed as hidden x heads x dim)",
     )
 
 

@@ -202,7 +202,7 @@ def split_at(x: Array, sizes: list[int]) -> list[Array]:
 def project_qkv(h: Array, layer: Params, cfg: LlamaConfig) -> list[Array]:
     if "wqkv" in layer:
         return split_at(h @ layer["wqkv"], qkv_sizes(cfg))
-    return [h @ layer["wq"], h @ layer["wk"], h @ layer["wv"]]
+    return [project(h, layer[w], cfg, "baseline") for w in ("wq", "wk", "wv")]
 
 
 def gated(h: Array, layer: Params) -> Array:
@@ -327,7 +327,7 @@ def attention_partial(
         wk, wv = layer["wk"], layer["wv"]  # column-parallel when kv_heads >= tp
         if not kv_sharded(cfg, tp):  # whole: slice the kv head we read
             wk, wv = slice_kv_head(wk, wv, local_heads, cfg, bug)
-        q, k, v = (project(h, w, cfg) for w in (layer["wq"], wk, wv))  # this device's heads
+        q, k, v = (project(h, w, cfg, "tp") for w in (layer["wq"], wk, wv))  # local heads
     if "q_norm" in layer:  # the norms span all heads: their statistic sums over devices
         q = heads_rms_norm(q, layer["q_norm"], cfg.heads * hd, cfg.rms_eps, bug)
         k = heads_rms_norm(k, layer["k_norm"], cfg.kv_heads * hd, cfg.rms_eps, None)
@@ -359,10 +359,11 @@ def heads_rms_norm(x: Array, w: Array, width: int, eps: float, bug: Bug | None) 
     return x * lax.rsqrt(ms + eps) * w
 
 
-def project(h: Array, w: Array, cfg: LlamaConfig) -> Array:
-    """h @ w, or (`heads_view`, as Flax's DenseGeneral writes it) straight into heads with w
-    viewed as (hidden, heads, head_dim); merged back either way, (B, S, heads * head_dim)."""
-    if not cfg.heads_view:
+def project(h: Array, w: Array, cfg: LlamaConfig, side: str) -> Array:
+    """h @ w, or (on the side `heads_view` names, as Flax's DenseGeneral writes it) straight
+    into heads with w viewed as (hidden, heads, head_dim); (B, S, heads * head_dim) either
+    way."""
+    if cfg.heads_view != side:
         return h @ w
     heads = jnp.einsum("bsm,mhd->bshd", h, w.reshape(w.shape[0], -1, cfg.head_dim))
     return heads.reshape(*h.shape[:2], -1)
