@@ -363,7 +363,7 @@ def project(h: Array, w: Array, cfg: LlamaConfig, side: str) -> Array:
     """h @ w, or (on the side `heads_view` names, as Flax's DenseGeneral writes it) straight
     into heads with w viewed as (hidden, heads, head_dim); (B, S, heads * head_dim) either
     way."""
-    if cfg.heads_view != side:
+    if getattr(cfg, "heads_view", "none") != side:  # Mixtral reuses this attention
         return h @ w
     heads = jnp.einsum("bsm,mhd->bshd", h, w.reshape(w.shape[0], -1, cfg.head_dim))
     return heads.reshape(*h.shape[:2], -1)
