@@ -8,9 +8,10 @@ noise. Every rewrite is an identity, so the graph's meaning is unchanged.
 from __future__ import annotations
 
 from .all_to_all import fold_tiled_all_to_all
-from .block_lookup import fold_block_lookups, fold_one_hots
+from .block_lookup import fold_block_lookups
 from .int_ranges import fold_int_ranges
 from .ir import Graph, Node
+from .one_hot import fold_one_hots
 from .static_indices import fold_static_indices
 
 

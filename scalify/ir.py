@@ -8,6 +8,7 @@ looks at framework syntax.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -160,3 +161,24 @@ class Graph:
 
     def opaque_nodes(self) -> list[Node]:
         return [n for n in self.nodes.values() if n.op == "opaque"]
+
+
+def replace_nodes(graph: Graph, rewrite: Callable[[Node, int], list[Node]]) -> None:
+    """Replace each node that `rewrite(node, next_id)` gives new nodes for (in graph order,
+    operands first) by the last of them, keeping the graph's order topological."""
+    nodes: dict[int, Node] = {}
+    alias: dict[int, int] = {}
+    next_id = max(graph.nodes, default=-1) + 1
+    for node in graph.nodes.values():
+        node.operands = tuple(alias.get(o, o) for o in node.operands)
+        new = rewrite(node, next_id)
+        if not new:
+            nodes[node.id] = node
+            continue
+        next_id += len(new)
+        nodes.update({n.id: n for n in new})
+        alias[node.id] = new[-1].id
+    graph.nodes = nodes
+    graph.outputs = [alias.get(o, o) for o in graph.outputs]
+    graph.equalities = [(alias.get(a, a), alias.get(b, b)) for a, b in graph.equalities]
+    graph.output_shardings = {alias.get(k, k): v for k, v in graph.output_shardings.items()}
