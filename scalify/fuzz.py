@@ -579,6 +579,26 @@ def _block_lookup(b: _Builder, along: bool) -> int:
     return out
 
 
+def _lookup(b: _Builder, along: bool) -> int:
+    """A lookup in a randomly laid out table at randomly laid out indices (kept in range):
+    whole rows (`take`) or one entry per row (`take_along`)."""
+    d = int(b.rng.integers(2))
+    table_shape = [b.size(), b.size()]
+    t = b.input(tuple(table_shape), "f32", b.operand_layout(0, 2, b.layout(2)))
+    if along:
+        index_shape = list(table_shape)
+        index_shape[d] = int(b.rng.integers(1, 3))
+    else:
+        index_shape = [b.size() for _ in range(int(b.rng.integers(1, 3)))]
+    rank = len(index_shape)
+    i = b.input(
+        tuple(index_shape), "s32", b.operand_layout(1, rank, b.layout(rank, allow_partial=False))
+    )
+    for side in (b.base, b.dist):
+        side[i].attrs["assumed_range"] = (0, table_shape[d] - 1)
+    return b.op("take_along" if along else "take", (t, i), "f32", {"dim": d})
+
+
 def _one_hot(b: _Builder) -> int:
     """A one-hot of a randomly laid out integer tensor (partial sums included: the rule must
     not take them) along a random new dim."""
@@ -701,6 +721,8 @@ def generate(op: str, rng: np.random.Generator, hints: list[str | None] | None =
         out = _top_k(b)
     elif op == "one_hot":
         out = _one_hot(b)
+    elif op in ("take", "take_along"):
+        out = _lookup(b, along=op == "take_along")
     elif op == "cumsum":
         out = _cumsum(b)
     elif op in COLLECTIVE_OPS:
