@@ -132,3 +132,21 @@ def test_fuzzing_catches_a_one_hot_taken_over_partial_sums(cli, tmp_path):
     )
     result = cli("rules", "lint", "--fuzz", "40", str(rules))
     assert "rule `one_hot_partial` is UNSOUND" in result.out
+
+
+def test_fuzzing_catches_a_lookup_in_a_table_split_along_the_looked_up_dim(cli, tmp_path):
+    """Each device's rows of a vocab-split table at global ids are no part of the lookup:
+    only the masked block form (tp.srl's block_take) is."""
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    shutil.copy(REPO / "rules" / "core.srl", rules / "core.srl")
+    (rules / "bad.srl").write_text(
+        "# UNSOUND on purpose: no mask, no offset\n"
+        "rule take_any_table_shard:\n"
+        "  match   take(T, I)\n"
+        "  where   T ~ t @ shard(d, a)\n"
+        "          I ~ i @ invariant(a)\n"
+        "  rewrite take(T, I) ~ take(t, i) @ partial(sum, a)\n"
+    )
+    result = cli("rules", "lint", "--fuzz", "60", str(rules))
+    assert "rule `take_any_table_shard` is UNSOUND" in result.out
