@@ -22,7 +22,7 @@ table's size itself.)
 from __future__ import annotations
 
 from .index_forms import Block, IndexReader
-from .ir import Graph, Node, replace_nodes
+from .ir import Graph, NewNodes, Node, replace_nodes
 
 
 def fold_block_lookups(graph: Graph) -> None:
@@ -125,31 +125,25 @@ def _rewrite(select: Node, block: Block, lookup: Node, graph: Graph, next_id: in
     """The canonical masked lookup, in the select's place (last node: its value)."""
     nodes = graph.nodes
     index_shape = nodes[lookup.operands[1]].shape
-    new: list[Node] = []
-
-    def emit(op: str, operands: tuple[int, ...], shape, dtype: str, attrs: dict) -> int:
-        node = Node(next_id + len(new), op, operands, tuple(shape), dtype, attrs)
-        node.loc, node.name, node.framework_op = select.loc, f"{select.name}.{op}", op
-        new.append(node)
-        return node.id
-
+    new = NewNodes(select, next_id)
     index, dtype = block.index, nodes[block.index].dtype
     if nodes[index].shape != index_shape:
-        index = emit("reshape", (index,), index_shape, dtype, {})
+        index = new.add("reshape", (index,), index_shape, dtype, {})
     attrs = {"size": block.size}
-    offset = emit("block_offset", (index, block.coord), index_shape, dtype, attrs)
-    mine = emit("in_block", (index, block.coord), index_shape, "pred", attrs)
-    taken = emit(lookup.op, (lookup.operands[0], offset), lookup.shape, lookup.dtype, lookup.attrs)
-    new[-1].loc, new[-1].name = lookup.loc, f"{lookup.name}.block"
+    offset = new.add("block_offset", (index, block.coord), index_shape, dtype, attrs)
+    mine = new.add("in_block", (index, block.coord), index_shape, "pred", attrs)
+    table = lookup.operands[0]
+    taken = new.add(lookup.op, (table, offset), lookup.shape, lookup.dtype, lookup.attrs)
+    new.nodes[-1].loc, new.nodes[-1].name = lookup.loc, f"{lookup.name}.block"
     if lookup.op == "take":
         dims = tuple(range(len(index_shape)))
-        mine = emit("broadcast", (mine,), lookup.shape, "pred", {"dims": dims})
-    zero = emit("constant", (), (), lookup.dtype, {"value": "0"})
-    zero = emit("broadcast", (zero,), lookup.shape, lookup.dtype, {"dims": ()})
-    result = emit("select", (mine, taken, zero), lookup.shape, lookup.dtype, {})
+        mine = new.add("broadcast", (mine,), lookup.shape, "pred", {"dims": dims})
+    zero = new.add("constant", (), (), lookup.dtype, {"value": "0"})
+    zero = new.add("broadcast", (zero,), lookup.shape, lookup.dtype, {"dims": ()})
+    result = new.add("select", (mine, taken, zero), lookup.shape, lookup.dtype, {})
     if lookup.shape != select.shape:
-        emit("reshape", (result,), select.shape, select.dtype, {})
-    return new
+        new.add("reshape", (result,), select.shape, select.dtype, {})
+    return new.nodes
 
 
 def _is_zero_fill(nodes: dict[int, Node], node_id: int) -> bool:

@@ -149,7 +149,6 @@ def canonicalize(graph: Graph) -> Graph:
     ranges = fold_int_ranges(graph)
     fold_block_lookups(graph)
     fold_one_hots(graph, ranges)
-    _index_arithmetic(graph)
     next_id = max(graph.nodes, default=-1) + 1
     nodes: dict[int, Node] = {}
     for node in graph.nodes.values():
@@ -212,51 +211,6 @@ def _slice_along_one_dim(node: Node, nodes: dict[int, Node]) -> None:
         return
     node.op, node.operands = "slice_at", (x, starts[d])
     node.attrs = {"dim": d, "size": sizes[d], "parts": operand.shape[d] // sizes[d]}
-
-
-def _nonnegative(graph: Graph) -> set[int]:
-    """Integer scalars known to be >= 0: device indices and what non-negative constants and
-    +, *, /, % and casts make of them."""
-    known: set[int] = set()
-    for node in graph.nodes.values():
-        if node.op == "rank_index":
-            known.add(node.id)
-        elif node.op == "constant" and node.shape == ():
-            try:
-                if float(str(node.attrs.get("value"))) >= 0:
-                    known.add(node.id)
-            except ValueError:
-                pass
-        elif (
-            node.op in ("add", "mul", "div", "rem", "convert", "max")
-            and node.operands
-            and all(o in known for o in node.operands)
-        ):
-            known.add(node.id)
-    return known
-
-
-def _index_arithmetic(graph: Graph) -> None:
-    """Drop the wrap-around JAX puts on dynamic indices (`i < 0 ? i + n : i`) where `i` is
-    known to be non-negative, so a device's slice offset reads as plain arithmetic."""
-    nonneg = _nonnegative(graph)
-    alias: dict[int, int] = {}
-    for node in graph.nodes.values():
-        node.operands = tuple(alias.get(o, o) for o in node.operands)
-        if node.op != "select" or len(node.operands) != 3:
-            continue
-        test, wrapped, plain = (graph.nodes[o] for o in node.operands)
-        if (
-            test.op == "compare"
-            and test.attrs.get("direction") == "LT"
-            and test.operands[0] == plain.id
-            and _is_zero(graph.nodes[test.operands[1]])
-            and plain.id in nonneg
-            and wrapped.op == "add"
-            and plain.id in wrapped.operands
-        ):
-            alias[node.id] = plain.id
-    graph.outputs = [alias.get(o, o) for o in graph.outputs]
 
 
 def _only_adds_unit_dims(node: Node, operand: Node) -> bool:

@@ -51,7 +51,7 @@ def fold_int_ranges(graph: Graph) -> dict[int, Range]:
             alias[node.id] = target
             continue
         nodes[node.id] = node
-        value = _range(node, nodes, ranges, truth)
+        value = _range(node, nodes, ranges, truth, graph.num_partitions)
         if value is not None and is_int_dtype(node.dtype) and _fits(value, node.dtype):
             ranges[node.id] = value
         known = _truth(node, nodes, truth)
@@ -181,7 +181,11 @@ def _truth(node: Node, nodes: dict[int, Node], truth: dict[int, bool]) -> bool |
 
 
 def _range(
-    node: Node, nodes: dict[int, Node], ranges: dict[int, Range], truth: dict[int, bool]
+    node: Node,
+    nodes: dict[int, Node],
+    ranges: dict[int, Range],
+    truth: dict[int, bool],
+    partitions: int | None,
 ) -> Range | None:
     op, ops = node.op, node.operands
     if not is_int_dtype(node.dtype):
@@ -196,8 +200,8 @@ def _range(
         return None if value is None else (value, value)
     if op == "parameter":
         return node.attrs.get("assumed_range", _dtype_bounds(node.dtype))
-    if op == "rank_index":
-        return (0, _dtype_bounds(node.dtype)[1])
+    if op == "rank_index":  # a device id: below the module's partition count when it says
+        return (0, partitions - 1 if partitions else _dtype_bounds(node.dtype)[1])
     if op == "iota":
         return (0, node.shape[int(node.attrs.get("dim", 0))] - 1)
     if op == "convert" and nodes[ops[0]].dtype == "pred":

@@ -182,3 +182,30 @@ def replace_nodes(graph: Graph, rewrite: Callable[[Node, int], list[Node]]) -> N
     graph.outputs = [alias.get(o, o) for o in graph.outputs]
     graph.equalities = [(alias.get(a, a), alias.get(b, b)) for a, b in graph.equalities]
     graph.output_shardings = {alias.get(k, k): v for k, v in graph.output_shardings.items()}
+
+
+class NewNodes:
+    """Nodes made to stand where `like` stands: its source location, names derived from its
+    name, ids counted up from `next_id` (the caller puts them into the graph, in order)."""
+
+    def __init__(self, like: Node, next_id: int) -> None:
+        self.like = like
+        self.next_id = next_id
+        self.nodes: list[Node] = []
+
+    def add(
+        self, op: str, operands: tuple[int, ...], shape, dtype: str, attrs: dict[str, Any]
+    ) -> int:
+        node = Node(
+            self.next_id + len(self.nodes),
+            op,
+            operands,
+            tuple(shape),
+            dtype,
+            attrs,
+            self.like.loc,
+            f"{self.like.name}.{op}",
+            op,
+        )
+        self.nodes.append(node)
+        return node.id

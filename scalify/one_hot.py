@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from .index_forms import IndexReader
 from .int_ranges import is_int_dtype
-from .ir import Graph, Node, replace_nodes
+from .ir import Graph, NewNodes, Node, replace_nodes
 
 
 def fold_one_hots(graph: Graph, ranges: dict[int, tuple[float, float]]) -> None:
@@ -87,31 +87,21 @@ def _one_hot_nodes(
     graph: Graph,
     next_id: int,
 ) -> list[Node]:
-    new: list[Node] = []
-
-    def emit(op: str, operands: tuple[int, ...], shape, dtype: str, attrs: dict) -> int:
-        made = Node(next_id + len(new), op, operands, tuple(shape), dtype, attrs)
-        made.loc, made.name, made.framework_op = node.loc, f"{node.name}.{op}", op
-        new.append(made)
-        return made.id
-
+    new = NewNodes(node, next_id)
     block = _block_offset_form(index, reader, ranges, graph)
-    if block is None:
-        emit("one_hot", (index,), node.shape, "pred", {"dim": dim, "size": size})
-        return new
+    if block is None or size != reader.block_size_of(index):
+        new.add("one_hot", (index,), node.shape, "pred", {"dim": dim, "size": size})
+        return new.nodes
     whole, coord, n = block
-    if size != reader.block_size_of(index):
-        emit("one_hot", (index,), node.shape, "pred", {"dim": dim, "size": size})
-        return new
     shape = list(node.shape)
     shape[dim] = n * size
-    full = emit("one_hot", (whole,), shape, "pred", {"dim": dim, "size": n * size})
+    full = new.add("one_hot", (whole,), shape, "pred", {"dim": dim, "size": n * size})
     dtype = graph.nodes[coord].dtype
-    step = emit("constant", (), (), dtype, {"value": str(size)})
-    start = emit("mul", (coord, step), (), dtype, {})
+    step = new.add("constant", (), (), dtype, {"value": str(size)})
+    start = new.add("mul", (coord, step), (), dtype, {})
     attrs = {"dim": dim, "size": size, "parts": n}
-    emit("slice_at", (full, start), node.shape, "pred", attrs)
-    return new
+    new.add("slice_at", (full, start), node.shape, "pred", attrs)
+    return new.nodes
 
 
 def _block_offset_form(index: int, reader: IndexReader, ranges: dict, graph: Graph):

@@ -70,11 +70,9 @@ def _join_constant_factors(node: Node, graph: Graph, factor: int, before: dict[i
     first = _int_constant(graph.nodes[inner.operands[1]])
     if first is None or not _fits(first * factor, node.dtype):
         return
-    constant = graph.nodes[node.operands[1]]
-    joined = Node(
-        constant.id, "constant", (), (), node.dtype, {"value": str(first * factor)}, constant.loc
-    )
-    joined.id = max(list(graph.nodes) + [n.id for n in before.values()]) + 1
+    value = {"value": str(first * factor)}
+    loc = graph.nodes[node.operands[1]].loc
+    joined = Node(max(graph.nodes) + 1, "constant", (), (), node.dtype, value, loc)
     graph.nodes[joined.id] = joined  # found by later lookups; placed before `node` at the end
     before[node.id] = joined
     node.operands = (inner.operands[0], joined.id)

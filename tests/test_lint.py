@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 
+import pytest
 from conftest import REPO
 
 
@@ -92,7 +93,13 @@ def test_rules_compile_reports_a_bad_folder(cli, tmp_path):
     assert result.code == 2 and "rules folder not found" in result.err
 
 
-BLOCK_TAKE_WITHOUT_SIZE = """
+# Planted unsound versions of the lookup rules: each is refuted by the fuzzer, which is what
+# makes the shipped rules' side conditions necessary. name: (rule files it needs, text, fuzz)
+PLANTED_LOOKUP_RULES = {
+    # block_take without size(T, d) == c: wrong block sizes show a false relation
+    "block_take_any_size": (
+        ("core.srl", "tp.srl"),
+        """
 # UNSOUND on purpose: the vocab-parallel lookup without checking that the table holds one block
 rule block_take_any_size:
   match   select(broadcast[dims=bo](in_block[size=c](I, coord(a))),
@@ -103,50 +110,44 @@ rule block_take_any_size:
   rewrite select(broadcast[dims=bo](in_block[size=c](I, coord(a))),
                  take[dim=d, index_out=bo](T, block_offset[size=c](I, coord(a))), splat(z))
           ~ take(t, i) @ partial(sum, a)
-"""
+""",
+        60,
+    ),
+    # a one-hot is not linear: the fuzzer's partial-sum operands refute it
+    "one_hot_partial": (
+        ("core.srl",),
+        """
+# UNSOUND on purpose: a one-hot of each device's part summed is no one-hot
+rule one_hot_partial:
+  match   one_hot(X)
+  where   X ~ x @ partial(sum, a)
+  rewrite one_hot(X) ~ one_hot(x) @ partial(sum, a)
+""",
+        40,
+    ),
+    # a vocab-split table at global ids: only the masked block form (block_take) is a part
+    "take_any_table_shard": (
+        ("core.srl",),
+        """
+# UNSOUND on purpose: no mask, no offset
+rule take_any_table_shard:
+  match   take(T, I)
+  where   T ~ t @ shard(d, a)
+          I ~ i @ invariant(a)
+  rewrite take(T, I) ~ take(t, i) @ partial(sum, a)
+""",
+        60,
+    ),
+}
 
 
-def test_fuzzing_catches_a_block_lookup_that_skips_the_size_check(cli, tmp_path):
-    """block_take is sound only because it checks size(T, d) == c; without it the fuzzer's
-    wrong block sizes show a relation that does not hold."""
+@pytest.mark.parametrize("name", sorted(PLANTED_LOOKUP_RULES))
+def test_fuzzing_refutes_a_planted_unsound_lookup_rule(cli, tmp_path, name):
+    files, text, fuzz = PLANTED_LOOKUP_RULES[name]
     rules = tmp_path / "rules"
     rules.mkdir()
-    for name in ("core.srl", "tp.srl"):
-        shutil.copy(REPO / "rules" / name, rules / name)
-    (rules / "bad.srl").write_text(BLOCK_TAKE_WITHOUT_SIZE)
-    result = cli("rules", "lint", "--fuzz", "60", str(rules))
-    assert "rule `block_take_any_size` is UNSOUND" in result.out
-
-
-def test_fuzzing_catches_a_one_hot_taken_over_partial_sums(cli, tmp_path):
-    """A one-hot is not linear: the fuzzer's partial-sum operands refute this rule."""
-    rules = tmp_path / "rules"
-    rules.mkdir()
-    shutil.copy(REPO / "rules" / "core.srl", rules / "core.srl")
-    (rules / "bad.srl").write_text(
-        "# UNSOUND on purpose: a one-hot of each device's part summed is no one-hot\n"
-        "rule one_hot_partial:\n"
-        "  match   one_hot(X)\n"
-        "  where   X ~ x @ partial(sum, a)\n"
-        "  rewrite one_hot(X) ~ one_hot(x) @ partial(sum, a)\n"
-    )
-    result = cli("rules", "lint", "--fuzz", "40", str(rules))
-    assert "rule `one_hot_partial` is UNSOUND" in result.out
-
-
-def test_fuzzing_catches_a_lookup_in_a_table_split_along_the_looked_up_dim(cli, tmp_path):
-    """Each device's rows of a vocab-split table at global ids are no part of the lookup:
-    only the masked block form (tp.srl's block_take) is."""
-    rules = tmp_path / "rules"
-    rules.mkdir()
-    shutil.copy(REPO / "rules" / "core.srl", rules / "core.srl")
-    (rules / "bad.srl").write_text(
-        "# UNSOUND on purpose: no mask, no offset\n"
-        "rule take_any_table_shard:\n"
-        "  match   take(T, I)\n"
-        "  where   T ~ t @ shard(d, a)\n"
-        "          I ~ i @ invariant(a)\n"
-        "  rewrite take(T, I) ~ take(t, i) @ partial(sum, a)\n"
-    )
-    result = cli("rules", "lint", "--fuzz", "60", str(rules))
-    assert "rule `take_any_table_shard` is UNSOUND" in result.out
+    for file in files:
+        shutil.copy(REPO / "rules" / file, rules / file)
+    (rules / "bad.srl").write_text(text)
+    result = cli("rules", "lint", "--fuzz", str(fuzz), str(rules))
+    assert f"rule `{name}` is UNSOUND" in result.out

@@ -150,7 +150,7 @@ def rope_tables(seq: int, cfg: LlamaConfig) -> tuple[Array, Array]:
     dims i and i + head_dim/2 (rotate-half), or on dims 2i and 2i+1 (interleaved)."""
     inv_freq = 1.0 / cfg.rope_theta ** (jnp.arange(0, cfg.head_dim, 2) / cfg.head_dim)
     angles = jnp.arange(seq)[:, None] * inv_freq[None, :]  # (S, head_dim/2)
-    if getattr(cfg, "rope_interleaved", False):
+    if cfg.rope_interleaved:
         angles = jnp.repeat(angles, 2, axis=-1)[:, None, :]
     else:
         angles = jnp.concatenate([angles, angles], axis=-1)[:, None, :]
@@ -170,7 +170,7 @@ def apply_rope(x: Array, cos: Array, sin: Array, interleaved: bool = False) -> A
 
 
 def rope(x: Array, cos: Array, sin: Array, cfg: LlamaConfig) -> Array:
-    return apply_rope(x, cos, sin, getattr(cfg, "rope_interleaved", False))
+    return apply_rope(x, cos, sin, cfg.rope_interleaved)
 
 
 def causal_attention(q: Array, k: Array, v: Array) -> Array:
@@ -363,7 +363,7 @@ def project(h: Array, w: Array, cfg: LlamaConfig, side: str) -> Array:
     """h @ w, or (on the side `heads_view` names, as Flax's DenseGeneral writes it) straight
     into heads with w viewed as (hidden, heads, head_dim); (B, S, heads * head_dim) either
     way."""
-    if getattr(cfg, "heads_view", "none") != side:  # Mixtral reuses this attention
+    if cfg.heads_view != side:
         return h @ w
     heads = jnp.einsum("bsm,mhd->bshd", h, w.reshape(w.shape[0], -1, cfg.head_dim))
     return heads.reshape(*h.shape[:2], -1)
@@ -443,10 +443,30 @@ def tp_decoder(
     """Per-device decoder stack: replicated hidden states in, replicated hidden states out.
     `bug_layer` puts the bug in that layer only (all layers when None)."""
     cos, sin = rope_tables(x.shape[1], cfg)
+    return layer_stack(params, x, cos, sin, cfg, bug, bug_layer, tp_layer)
+
+
+def tp_layer(
+    x: Array, layer: Params, cos: Array, sin: Array, cfg: LlamaConfig, bug: Bug | None
+) -> Array:
+    return tp_mlp(tp_attention(x, layer, cos, sin, cfg, bug), layer, cfg, bug)
+
+
+def layer_stack(
+    params: Params,
+    x: Array,
+    cos: Array,
+    sin: Array,
+    cfg: LlamaConfig,
+    bug: Bug | None,
+    bug_layer: int | None,
+    one_layer,
+) -> Array:
+    """`one_layer` over every layer, then the final RMSNorm; `bug_layer` puts the bug in
+    that layer only (all layers when None)."""
     for index, layer in enumerate(params["layers"]):
         here = bug if bug_layer is None or index == bug_layer else None
-        x = tp_attention(x, layer, cos, sin, cfg, here)
-        x = tp_mlp(x, layer, cfg, here)
+        x = one_layer(x, layer, cos, sin, cfg, here)
     return rms_norm(x, params["final_norm"], cfg.rms_eps)
 
 
@@ -481,10 +501,7 @@ def sp_decoder(
     """Per-device decoder stack with sequence parallelism: x and the result are this
     device's slice of the sequence."""
     cos, sin = rope_tables(x.shape[1] * lax.axis_size("tp"), cfg)
-    for index, layer in enumerate(params["layers"]):
-        here = bug if bug_layer is None or index == bug_layer else None
-        x = sp_layer(x, layer, cos, sin, cfg, here)
-    return rms_norm(x, params["final_norm"], cfg.rms_eps)
+    return layer_stack(params, x, cos, sin, cfg, bug, bug_layer, sp_layer)
 
 
 def tp_llama_logits(

@@ -22,6 +22,9 @@ class MixtralConfig:
     vocab: int
     rope_theta: float = 1_000_000.0
     rms_eps: float = 1e-5
+    # read by the Llama attention this model reuses (examples/llama/config.py has the meaning)
+    rope_interleaved: bool = False
+    heads_view: str = "none"
 
 
 CONFIGS: dict[str, MixtralConfig] = {

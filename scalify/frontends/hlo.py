@@ -680,6 +680,11 @@ def _gather_form(
         return None
     (dim,) = f["start_index_map"]
     vector_dim = f["index_vector_dim"][0] if f["index_vector_dim"] else len(index)
+    if not 0 <= vector_dim <= len(index):
+        raise ValueError(
+            f"index_vector_dim={vector_dim} is not a dim of the {len(index)}-dim indices "
+            f"(expected 0..{len(index)})"
+        )
     if vector_dim == len(index):
         batch_shape = index
     elif vector_dim == len(index) - 1 and index[-1] == 1:

@@ -1,0 +1,69 @@
+"""Integer ranges: a test is folded only when every value in the ranges decides it, a range
+is dropped where arithmetic could wrap around, and only lookup indices are assumed in range."""
+
+from __future__ import annotations
+
+from scalify.frontends import parse_graph_text
+
+
+def load(body: str):
+    return parse_graph_text("HloModule m\nENTRY main {\n" + body + "\n}\n", "m.hlo")
+
+
+def output(graph):
+    (out,) = [graph.node(o) for o in graph.outputs]
+    return out
+
+
+CLIPPED = """  i = s32[4] parameter(0)
+  lo = s32[] constant(0)
+  hi = s32[] constant(7)
+  c = s32[4] clamp(lo, i, hi)
+  z = s32[] constant(0)
+  zero = s32[4] broadcast(z), dimensions={}
+  neg = pred[4] compare(c, zero), direction=LT
+  w = s32[4] add(c, c)
+  ROOT s = s32[4] select(neg, w, c)"""
+
+
+def test_a_test_every_value_decides_is_folded():
+    """A clipped index is never negative: JAX's wrap `i < 0 ? i + n : i` is the index."""
+    out = output(load(CLIPPED))
+    assert out.op == "clamp"
+
+
+def test_a_test_some_values_decide_otherwise_stays():
+    out = output(load(CLIPPED.replace("lo = s32[] constant(0)", "lo = s32[] constant(-3)")))
+    assert out.op == "select"
+
+
+def test_a_range_that_could_wrap_around_decides_nothing():
+    """r * 2^30 in s32 can wrap to a negative number: the `< 0` test must stay."""
+    out = output(
+        load(
+            """  r = s32[] parameter(0)
+  lo = s32[] constant(0)
+  hi = s32[] constant(3)
+  c = s32[] clamp(lo, r, hi)
+  big = s32[] constant(1073741824)
+  m = s32[] multiply(c, big)
+  ROOT t = pred[] compare(m, lo), direction=LT"""
+        )
+    )
+    assert out.op == "compare"
+
+
+def test_only_a_lookup_index_input_is_assumed_in_range():
+    graph = load(
+        """  t = f32[16,4] parameter(0)
+  i = s32[3] parameter(1)
+  j = s32[3] parameter(2)
+  iv = s32[3,1] reshape(i)
+  g = f32[3,4] gather(t, iv), offset_dims={1}, collapsed_slice_dims={0}, """
+        """start_index_map={0}, index_vector_dim=1, slice_sizes={1,4}
+  f = f32[3] convert(j)
+  fb = f32[3,4] broadcast(f), dimensions={0}
+  ROOT o = f32[3,4] add(g, fb)"""
+    )
+    ranges = {graph.input_name(i): graph.node(i).attrs.get("assumed_range") for i in graph.inputs}
+    assert ranges == {"t": None, "i": (0, 15), "j": None}
