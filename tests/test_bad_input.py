@@ -77,3 +77,14 @@ def test_jobs_must_be_at_least_one(cli):
     result = cli("verify", str(hlo / "baseline.hlo"), str(hlo / "tp.hlo"), "-j", "0")
     assert result.code == 2
     assert "at least 1" in result.err
+
+
+def test_gather_with_an_index_vector_dim_outside_the_indices(cli, tmp_path):
+    bad = tmp_path / "gather.hlo"
+    bad.write_text(
+        "HloModule m\nENTRY main {\n  t = f32[16,4] parameter(0)\n  i = s32[] parameter(1)\n"
+        "  ROOT g = f32[4] gather(t, i), offset_dims={0}, collapsed_slice_dims={0}, "
+        "start_index_map={0}, index_vector_dim=3, slice_sizes={1,4}\n}\n"
+    )
+    result = cli("verify", str(bad), str(bad), "--mesh", "tp=1")
+    assert_clean_error(result, "gather.hlo:5:", "index_vector_dim=3", "expected 0..0")
