@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .chunk_axes import CHUNK_AXIS, lift_chunk_axis
 from .compiler.compile import CompiledRuleSet, compile_rule_dir
 from .compiler.lower import rule_name
 from .engine.decode import read_proof
@@ -20,7 +21,7 @@ from .engine.encode import (
 from .engine.frontier import frontier, output_mismatch
 from .errors import ScalifyError
 from .frontends import load_graph
-from .ir import Graph
+from .ir import COLLECTIVES, Graph
 from .layout import canonical, layout_str, local_shape
 from .mesh import Mesh, parse_mesh
 from .nearest import rules_for_op
@@ -76,6 +77,8 @@ def choose_mesh(text: str | None, dist: Graph, given: RelationsFile | None) -> M
         return parse_mesh(",".join(f"{k}={v}" for k, v in dist.mesh_hint.items()))
     if dist.num_partitions and dist.num_partitions > 1:
         return parse_mesh(f"tp={dist.num_partitions}")
+    if not any(n.op in COLLECTIVES or n.op == "rank_index" for n in dist.nodes.values()):
+        return Mesh(())  # one device: a single-device rewrite (chunked attention, say)
     raise ScalifyError(
         "the distributed graph does not say its mesh; pass --mesh, e.g. "
         "--mesh tp=8 or --mesh dp=2,tp=4",
@@ -98,29 +101,22 @@ def verify_graphs(
     outputs = output_relations(base, dist, mesh, given)
 
     start = time.perf_counter()
-    proof = None
-    if limits.partition:
-        proof = prove_partitioned(base, dist, rules.program(), mesh, inputs, limits)
-        if limits.progress:  # erase the bar, whichever way the partitioned proof ended
-            print("\r" + " " * PROGRESS_LINE + "\r", end="", file=sys.stderr, flush=True)
-    proof = proof or prove(base, dist, rules.program(), mesh, inputs, limits)
+    proof, results, suspects, definite = _prove_and_decide(
+        base, dist, rules, mesh, inputs, outputs, limits
+    )
+    notes = []
+    if not all(r.ok for r in results) and (lifted := lift_chunk_axis(dist, mesh)):
+        # A dim of independent chunks reduced across: prove it as a mesh axis (chunk_axes.py).
+        proof, results, suspects, definite = _prove_and_decide(
+            base, lifted.graph, rules, lifted.mesh, inputs, outputs, limits
+        )
+        notes.append(
+            f"a dim of {lifted.chunks} independent chunks, reduced across, is read as mesh "
+            f"axis '{CHUNK_AXIS}' of size {lifted.chunks} (see docs/explanation/design.md)"
+        )
     stats = proof.stats
     timings["prove"] = time.perf_counter() - start
 
-    start = time.perf_counter()
-    results, suspects, definite = _decide(base, dist, mesh, outputs, proof)
-    if proof.failed is not None and not suspects:
-        # The segment that broke holds no suspect on its own (its cut relation was already
-        # wrong): prove the whole graph so the report can point somewhere.
-        proof = prove(base, dist, rules.program(), mesh, inputs, limits)
-        stats = proof.stats
-        results, suspects, definite = _decide(base, dist, mesh, outputs, proof)
-    for suspect in suspects:
-        if suspect.reason.startswith("no rule relates"):
-            suspect.nearest_rules = rules_for_op(suspect.op, len(suspect.operands), rules)
-    timings["localise"] = time.perf_counter() - start
-
-    notes = []
     counterexample = ""
     if all(r.ok for r in results):
         verdict = EQUIVALENT
@@ -173,6 +169,27 @@ def verify_graphs(
         notes=notes,
         counterexample=counterexample,
     )
+
+
+def _prove_and_decide(base, dist, rules, mesh, inputs, outputs, limits: Limits):
+    """Prove (segment by segment where the graph cuts), then judge each output and find the
+    suspects. Returns (proof, output results, suspects, whether the suspects are definite)."""
+    proof = None
+    if limits.partition:
+        proof = prove_partitioned(base, dist, rules.program(), mesh, inputs, limits)
+        if limits.progress:  # erase the bar, whichever way the partitioned proof ended
+            print("\r" + " " * PROGRESS_LINE + "\r", end="", file=sys.stderr, flush=True)
+    proof = proof or prove(base, dist, rules.program(), mesh, inputs, limits)
+    results, suspects, definite = _decide(base, dist, mesh, outputs, proof)
+    if proof.failed is not None and not suspects:
+        # The segment that broke holds no suspect on its own (its cut relation was already
+        # wrong): prove the whole graph so the report can point somewhere.
+        proof = prove(base, dist, rules.program(), mesh, inputs, limits)
+        results, suspects, definite = _decide(base, dist, mesh, outputs, proof)
+    for suspect in suspects:
+        if suspect.reason.startswith("no rule relates"):
+            suspect.nearest_rules = rules_for_op(suspect.op, len(suspect.operands), rules)
+    return proof, results, suspects, definite
 
 
 def _refine(base, dist, mesh, inputs, outputs, definite: bool, limits: Limits):

@@ -1,5 +1,6 @@
 """Export the flash-decoding step as HLO: the baseline, the correct body, one file a bug;
-the same for the split-KV (m, l, o) combine (`split_baseline.hlo`, `split*.hlo`).
+the same for the split-KV (m, l, o) combine (`split_baseline.hlo`, `split*.hlo`); the
+single-device split-KV kernel over KV chunks (`chunked*.hlo`, baseline `split_baseline.hlo`).
 
 Usage: python examples/flash_decoding/export.py --out DIR [--tp 4] [--batch 2] [--heads 4]
        [--seq 64] [--head-dim 8]
@@ -19,14 +20,18 @@ from hlo_export import export_cli, shard_map_variants, write_hlo  # noqa: E402
 def export_all(
     out_dir: Path, tp: int, batch: int, heads: int, seq: int, head_dim: int
 ) -> dict[str, Path]:
+    from functools import partial
+
     import jax
     from jax.sharding import PartitionSpec as P
 
     sys.path.insert(0, str(HERE))
     from model import (
         BUGS,
+        CHUNK_BUGS,
         SPLIT_BUGS,
         attention,
+        chunked_decode,
         flash_decode,
         scaled_attention,
         split_decode,
@@ -45,7 +50,11 @@ def export_all(
         mesh, scaled_attention, split_decode_keepdims, args, P(), "split_keepdims", ()
     )
     split["split_keepdims"] = keepdims["split_keepdims"]
-    return {**written, **write_hlo(out_dir, split)}
+    single = [jax.ShapeDtypeStruct(shape, jax.numpy.float32) for shape, _ in args]
+    chunked = {"chunked": (jax.jit(chunked_decode), single)}
+    for bug in CHUNK_BUGS:
+        chunked[f"chunked_{bug}"] = (jax.jit(partial(chunked_decode, bug=bug)), single)
+    return {**written, **write_hlo(out_dir, split), **write_hlo(out_dir, chunked)}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -16,7 +16,10 @@ Bug = Literal["local_max_only", "denominator_not_reduced"]
 BUGS: tuple[Bug, ...] = ("local_max_only", "denominator_not_reduced")
 SplitBug = Literal["base2_weights", "max_scaled_twice", "rescale_numerator_only"]
 SPLIT_BUGS: tuple[SplitBug, ...] = ("base2_weights", "max_scaled_twice", "rescale_numerator_only")
+ChunkBug = Literal["v_chunks_strided", "denominator_not_rescaled"]
+CHUNK_BUGS: tuple[ChunkBug, ...] = ("v_chunks_strided", "denominator_not_rescaled")
 SCALE = 0.125  # the softmax scale, 1/sqrt(head_dim)
+CHUNKS = 4  # KV chunks of the single-device split-KV kernel
 
 
 def attention(q: Array, k: Array, v: Array) -> Array:
@@ -76,3 +79,24 @@ def split_decode_keepdims(q: Array, k: Array, v: Array, *, bug: None = None) -> 
     total = jnp.sum(p, axis=-1, keepdims=True)
     w = jnp.exp(m - lax.pmax(m, "tp"))
     return lax.psum(w * o, "tp") / lax.psum(w * total, "tp")
+
+
+def chunked_decode(q: Array, k: Array, v: Array, *, bug: ChunkBug | None = None) -> Array:
+    """Split-KV on one device (the flash-decoding kernel's layout): the KV cache viewed as
+    CHUNKS chunks, each chunk's (m, l, o) computed at once, then combined across chunks."""
+    b, h, n, d = k.shape
+    kc = k.reshape(b, h, CHUNKS, n // CHUNKS, d)
+    if bug == "v_chunks_strided":
+        vc = v.reshape(b, h, n // CHUNKS, CHUNKS, d).swapaxes(2, 3)  # BUG: v_chunks_strided
+    else:
+        vc = v.reshape(b, h, CHUNKS, n // CHUNKS, d)  # the same chunks as k
+    s = jnp.einsum("bhd,bhcsd->bhcs", q * SCALE, kc)
+    m = jnp.max(s, axis=-1)  # each chunk's max
+    p = jnp.exp(s - m[..., None])
+    o = jnp.einsum("bhcs,bhcsd->bhcd", p, vc)
+    total = jnp.sum(p, axis=-1)
+    w = jnp.exp(m - jnp.max(m, axis=-1, keepdims=True))  # from each chunk's max to the global
+    numerator = jnp.sum(o * w[..., None], axis=2)
+    if bug == "denominator_not_rescaled":
+        return numerator / jnp.sum(total, axis=-1)[..., None]  # BUG: denominator_not_rescaled
+    return numerator / jnp.sum(total * w, axis=-1)[..., None]
