@@ -34,6 +34,7 @@ from .signatures import (
     LAYOUTS,
     OP_ARITY,
     OP_ATTRS,
+    PARTIAL_LIKE,
     RESCALED,
     SIZE,
     SPLAT,
@@ -210,16 +211,32 @@ class RuleChecker:
             )
         if layout.name in ("shard", "spread", "rescaled_shard"):
             self._dim_arg(args[0], info, binding)
-        if layout.name in ("partial", "rescaled_partial"):
+        if layout.name in PARTIAL_LIKE:
             self._string_arg(args[0], info, binding)
         if layout.name in RESCALED:
             self._rescale_args(args[2:], info, binding)
+        if layout.name == "rescaled":
+            self._rescale_args(args, info, binding)
+            return
+        if layout.name in ("log_partial", "normalised_partial"):
+            self._base_arg(args[2], info, binding)
+        if layout.name == "normalised_partial":
+            self._string_arg(args[3], info, binding)
         if layout.name != "replicate":
-            axis = args[1] if layout.name in RESCALED else args[-1]
+            axis = args[1] if layout.name in RESCALED | PARTIAL_LIKE else args[-1]
             if binding:
                 self._bind(axis, AXIS, info)
             else:
                 self._require_bound(axis, info, AXIS)
+
+    def _base_arg(self, value: Value, info: RuleInfo, binding: bool) -> None:
+        """A baseline variable inside a layout (the shift g, the divisor y)."""
+        if not isinstance(value, Var):
+            raise self.fail(_span(value), "expected a baseline variable")
+        if binding:
+            self._bind(value, BASE, info)
+        else:
+            self._require_bound(value, info, BASE)
 
     def _rescale_args(self, args: list[Value], info: RuleInfo, binding: bool) -> None:
         """`g, f, dims` of a rescaled layout: a baseline variable, a distributed one (the

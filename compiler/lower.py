@@ -152,9 +152,10 @@ class _Lowering:
         elif layout.name == "invariant":
             self.query.append(f"(Inv {dist} {self.string(layout.args[0])})")
             self.alias(clause.base.name, dist)
-        elif layout.name in RESCALED:
+        elif layout.name in RESCALED | SHIFTED:
             self.query.append(f"(= {dist} {self.layout_term(self.var(clause.base.name), layout)})")
-            self.in_query.update({clause.base.name, layout.args[2].name})
+            shift = layout.args[0 if layout.name == "rescaled" else 2]
+            self.in_query.update({clause.base.name, shift.name})
         elif layout.name == "shard" or (
             layout.name == "spread" and self.spread_choice(clause) == "shard"
         ):
@@ -211,8 +212,21 @@ class _Lowering:
             placed = self.layout_term(inner, App(kind, (), (first, a), layout.span))
             factor = f"{self.var(shift.name)} {self.var(local.name)} {self.string(dims)}"
             return f"(Rescaled {placed} {factor})"
+        if layout.name == "rescaled":
+            shift, local, dims = layout.args
+            factor = f"{self.var(shift.name)} {self.var(local.name)} {self.string(dims)}"
+            return f"(Rescaled {inner} {factor})"
+        if layout.name in ("log_partial", "normalised_partial"):
+            op, a, base = layout.args[:3]
+            placed = self.layout_term(inner, App("partial", (), (op, a), layout.span))
+            if layout.name == "log_partial":
+                return f"(LogOf {placed} {self.var(base.name)})"
+            return f"(Ratio {placed} {self.var(base.name)} {self.string(layout.args[3])})"
         raise AssertionError(f"layout {layout.name} is only valid in `where`")
 
+
+# layouts built over a baseline term and a baseline shift or divisor
+SHIFTED = frozenset({"rescaled", "log_partial", "normalised_partial"})
 
 SPREAD_ALTERNATIVES = ("shard", "free", "splat")
 

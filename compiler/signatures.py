@@ -18,6 +18,7 @@ OP_ATTRS: dict[str, dict[str, str]] = {
     "collective_permute": {"axes": "S"},
     "reduce": {"op": "S", "kept": "S", "kept_out": "S"},
     "mul": {"all_dims": "S"},
+    "exp": {"all_dims": "S"},
     "broadcast": {"dims": "S"},
     "dot": {"lhs_batch": "S", "batch_out": "S"},
     "compare": {"direction": "S"},
@@ -77,8 +78,16 @@ LAYOUTS: dict[str, int] = {
     # names: (d or op, a, g, f, dims), g a baseline term, f a per-device distributed value
     "rescaled_shard": 5,
     "rescaled_partial": 5,
+    # the log-sum-exp combine: (g, f, dims) the whole value times exp(g - f) (no placement);
+    # (op, a, g) g + log of this device's partial; (op, a, y, dims) this device's partial of t
+    # divided by its partial of the baseline term y, broadcast along dims
+    "rescaled": 3,
+    "log_partial": 3,
+    "normalised_partial": 4,
 }
 RESCALED = frozenset({"rescaled_shard", "rescaled_partial"})
+# layouts whose first argument is a partial's op and second its axis
+PARTIAL_LIKE = frozenset({"partial", "rescaled_partial", "log_partial", "normalised_partial"})
 
 # Bare names that are constants, not variables, where a string is expected.
 CONSTANT_NAMES = frozenset({"sum", "max", "min", "prod", "float", "int", "pred"})

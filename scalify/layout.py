@@ -17,7 +17,9 @@ from .mesh import Mesh
 
 @dataclass(frozen=True, order=True)
 class Placement:
-    kind: str  # "shard" | "partial" | "rescaled" (times exp(g - f) along dims `op`)
+    # "shard" | "partial" | "rescaled" (times exp(g - f) along dims `op`) | "log" (log of
+    # the value plus a shift) | "normalised" (divided by a partial sum along dims `op`)
+    kind: str
     axis: str
     dim: int = -1
     op: str = "sum"
@@ -27,6 +29,10 @@ class Placement:
             return f"shard({self.dim}, {self.axis})"
         if self.kind == "rescaled":
             return f"rescaled(exp(max - local max) along dims {self.op or 'none'})"
+        if self.kind == "log":
+            return "log(...) + max"
+        if self.kind == "normalised":
+            return f"normalised(by the local sum along dims {self.op or 'none'})"
         return f"partial({self.op}, {self.axis})"
 
 

@@ -132,3 +132,10 @@ def test_single_device_split_kv_bug_is_caught_at_its_line(flash, bug):
     code, report = verify_json(flash / "split_baseline.hlo", flash / f"chunked_{bug}.hlo")
     assert code == 1 and report["verdict"] == "not_equivalent"
     assert caught_at(report, FD / "model.py", bug)
+
+
+def test_single_device_log_sum_exp_merge_over_chunks_verifies(flash):
+    """The kernel vmapped over KV chunks, its (normalised output, lse) merged across them."""
+    code, report = verify_json(flash / "split_baseline.hlo", flash / "chunked_lse.hlo")
+    assert (code, report["verdict"]) == (0, "equivalent")
+    assert "reweight_part" in report["stats"]["rules_fired"]

@@ -29,9 +29,12 @@ def export_all(
     from model import (
         BUGS,
         CHUNK_BUGS,
+        LSE_BUGS,
         SPLIT_BUGS,
         attention,
         chunked_decode,
+        chunked_lse_decode,
+        lse_decode,
         flash_decode,
         scaled_attention,
         split_decode,
@@ -50,8 +53,13 @@ def export_all(
         mesh, scaled_attention, split_decode_keepdims, args, P(), "split_keepdims", ()
     )
     split["split_keepdims"] = keepdims["split_keepdims"]
+    lse = shard_map_variants(mesh, scaled_attention, lse_decode, args, P(), "lse", LSE_BUGS)
+    split.update({k: v for k, v in lse.items() if k != "baseline"})
     single = [jax.ShapeDtypeStruct(shape, jax.numpy.float32) for shape, _ in args]
-    chunked = {"chunked": (jax.jit(chunked_decode), single)}
+    chunked = {
+        "chunked": (jax.jit(chunked_decode), single),
+        "chunked_lse": (jax.jit(chunked_lse_decode), single),
+    }
     for bug in CHUNK_BUGS:
         chunked[f"chunked_{bug}"] = (jax.jit(partial(chunked_decode, bug=bug)), single)
     return {**written, **write_hlo(out_dir, split), **write_hlo(out_dir, chunked)}

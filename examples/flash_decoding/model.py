@@ -9,6 +9,7 @@ comment naming it.
 
 from typing import Literal
 
+import jax
 import jax.numpy as jnp
 from jax import Array, lax
 
@@ -18,6 +19,9 @@ SplitBug = Literal["base2_weights", "max_scaled_twice", "rescale_numerator_only"
 SPLIT_BUGS: tuple[SplitBug, ...] = ("base2_weights", "max_scaled_twice", "rescale_numerator_only")
 ChunkBug = Literal["v_chunks_strided", "denominator_not_rescaled"]
 CHUNK_BUGS: tuple[ChunkBug, ...] = ("v_chunks_strided", "denominator_not_rescaled")
+LseBug = Literal["base2_lse", "lse_scaled_twice"]
+LSE_BUGS: tuple[LseBug, ...] = ("base2_lse", "lse_scaled_twice")
+LOG2_E = 1.4426950408889634
 SCALE = 0.125  # the softmax scale, 1/sqrt(head_dim)
 CHUNKS = 4  # KV chunks of the single-device split-KV kernel
 
@@ -100,3 +104,36 @@ def chunked_decode(q: Array, k: Array, v: Array, *, bug: ChunkBug | None = None)
     if bug == "denominator_not_rescaled":
         return numerator / jnp.sum(total, axis=-1)[..., None]  # BUG: denominator_not_rescaled
     return numerator / jnp.sum(total * w, axis=-1)[..., None]
+
+
+def lse_partial(q: Array, k: Array, v: Array, bug: LseBug | None = None) -> tuple[Array, Array]:
+    """What a flash-attention kernel returns for its part of the sequence: the output
+    normalised by its own sum, and the log-sum-exp of its scores."""
+    s = jnp.einsum("bhd,bhsd->bhs", q * SCALE, k)
+    m = jnp.max(s, axis=-1)
+    p = jnp.exp(s - m[..., None])
+    total = jnp.sum(p, axis=-1)
+    o = jnp.einsum("bhs,bhsd->bhd", p, v) / total[..., None]
+    if bug == "base2_lse":
+        return o, m * LOG2_E + jnp.log2(total)  # BUG: base2_lse
+    if bug == "lse_scaled_twice":
+        return o, (m + jnp.log(total)) * SCALE  # BUG: lse_scaled_twice
+    return o, m + jnp.log(total)
+
+
+def lse_decode(q: Array, k: Array, v: Array, *, bug: LseBug | None = None) -> Array:
+    """The log-sum-exp merge across devices (vLLM's merge_attn_states): each device's
+    normalised output weighted by exp(lse - max lse), over the sum of the weights."""
+    o, lse = lse_partial(q, k, v, bug)
+    w = jnp.exp(lse - lax.pmax(lse, "tp"))  # each part's share of the softmax mass
+    return lax.psum(o * w[..., None], "tp") / lax.psum(w, "tp")[..., None]
+
+
+def chunked_lse_decode(q: Array, k: Array, v: Array, *, bug: None = None) -> Array:
+    """The same merge on one device, over KV chunks: the kernel runs on every chunk at once
+    (vmapped over the chunk dim), and the merge reduces across it."""
+    b, h, n, d = k.shape
+    kc, vc = (t.reshape(b, h, CHUNKS, n // CHUNKS, d) for t in (k, v))
+    o, lse = jax.vmap(lse_partial, in_axes=(None, 2, 2), out_axes=(2, 2))(q, kc, vc)
+    w = jnp.exp(lse - jnp.max(lse, axis=-1, keepdims=True))
+    return jnp.sum(o * w[..., None], axis=2) / jnp.sum(w, axis=-1)[..., None]

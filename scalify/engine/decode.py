@@ -40,6 +40,10 @@ def _relations(session: EGraphSession, functions) -> dict[int, set[tuple[Layout,
 
     for row in functions["LRescaled"].rows:
         pending[row.output] = ("rescaled", session.string(row.inputs[0]), "", row.inputs[1])
+    for row in functions["LLog"].rows:
+        pending[row.output] = ("log", "", "", row.inputs[0])
+    for row in functions["LRatio"].rows:
+        pending[row.output] = ("normalised", session.string(row.inputs[0]), "", row.inputs[1])
 
     def decode(value, depth: int = 0) -> Layout:
         if value in layouts and layouts[value] == ("nil",):
@@ -48,8 +52,8 @@ def _relations(session: EGraphSession, functions) -> dict[int, set[tuple[Layout,
         inner = decode(rest, depth + 1)
         if kind == "shard":
             return inner + (Placement("shard", b, dim=a),)
-        if kind == "rescaled":
-            return inner + (Placement("rescaled", "", op=a),)
+        if kind in ("rescaled", "log", "normalised"):
+            return inner + (Placement(kind, "", op=a),)
         return inner + (Placement("partial", b, op=a),)
 
     result: dict[int, set[tuple[Layout, int]]] = defaultdict(set)

@@ -159,7 +159,7 @@ def _explain(
         "reshape",
         "concatenate",
     )
-    rescale = _rescale_exponent(node, dist, operand_layouts)
+    rescale = _rescale_exponent(node, dist, operand_layouts) or _lse_misuse(node, operand_layouts)
     if rescale:
         return rescale, False
     if ("max" in partial_ops or "min" in partial_ops) and not moves_data:
@@ -513,6 +513,24 @@ def _same_everywhere_sources(
             )
         )
     return out
+
+
+def _lse_misuse(node: Node, operand_layouts) -> str:
+    """A part's log-sum-exp, or the log of its rescaled sum, used other than the merge
+    expects: the reason names the merge's form."""
+    kinds = {p.kind for lays in operand_layouts for lay in lays for p in lay}
+    if "log" in kinds and node.op not in ("sub", "all_reduce"):
+        return (
+            f"{node.op} of a part's log-sum-exp (g + log of its sum of exp): the merge weighs "
+            "the parts by exp(lse - max lse) in natural base, so an lse that is scaled, "
+            "shifted or in another base gives every part a wrong weight"
+        )
+    if "rescaled" in kinds and node.op == "log":
+        return (
+            "log of a part's sum of exp, which is relative to the part's own max f: only "
+            "f + log(sum), with the same f and in natural base, is the part's log-sum-exp"
+        )
+    return ""
 
 
 def _rescaled(node_id: int, proven: Proven) -> bool:

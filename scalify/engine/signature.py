@@ -133,7 +133,7 @@ def node_signature(
         sig.attrs_s["from_class"] = dtype_class(operands[0].dtype)
         sig.attrs_s["widens"] = "yes" if _widens(operands[0].dtype, node.dtype) else "no"
         parts.append("from=" + operands[0].dtype)
-    if node.op == "mul":
+    if node.op in ("mul", "exp"):  # the dims a factor over the whole value lives on
         sig.attrs_s["all_dims"] = _ints(range(len(node.shape)))
     if node.op == "dot":
         batch = a.get("lhs_batch", ())
