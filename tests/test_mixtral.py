@@ -38,3 +38,27 @@ def test_bug_is_caught_at_its_line(exported, bug):
     code, report = verify_json(exported / "baseline.hlo", exported / f"ep_{bug}.hlo")
     assert code == 1 and report["verdict"] == "not_equivalent"
     assert caught_at(report, MIXTRAL / "model.py", bug)
+
+
+@pytest.fixture(scope="module")
+def with_shared_expert(tmp_path_factory):
+    """One layer with a shared expert beside the routed ones (DeepSeek/Qwen-MoE style)."""
+    out = tmp_path_factory.mktemp("mixtral_shared")
+    export_example(MIXTRAL / "export.py", out, "--layers", "1", "--shared-expert", "32")
+    return out
+
+
+def test_shared_expert_verifies(with_shared_expert):
+    """The routed experts' partial sum is reduced over ep and tp, the shared expert's over tp."""
+    code, report = verify_json(with_shared_expert / "baseline.hlo", with_shared_expert / "ep.hlo")
+    assert (code, report["verdict"]) == (0, "equivalent")
+
+
+@pytest.mark.parametrize("bug", ["shared_expert_not_reduced", "shared_expert_reduced_over_ep"])
+def test_shared_expert_bug_is_caught_at_its_line(with_shared_expert, bug):
+    out = with_shared_expert
+    code, report = verify_json(out / "baseline.hlo", out / f"ep_{bug}.hlo")
+    assert code == 1 and report["verdict"] == "not_equivalent"
+    assert caught_at(report, MIXTRAL / "model.py", bug)
+    if bug == "shared_expert_reduced_over_ep":
+        assert "counts it 2 times" in report["suspects"][0]["reason"]

@@ -2,6 +2,7 @@
 
 Usage: python examples/mixtral/export.py --out DIR [--config tiny|8x7b|8x22b] [--ep 2]
        [--tp 2] [--layers N] [--seq 8] [--batch 2] [--bugs all|none|name,...]
+       [--shared-expert FFN]
 
 The stack takes replicated hidden states (batch, seq, hidden) through every layer and the
 final RMSNorm. Arguments are ShapeDtypeStructs, so the full configs lower without
@@ -26,7 +27,7 @@ from mixtral_config import CONFIGS, MixtralConfig  # noqa: E402
 
 
 def check_divisible(cfg: MixtralConfig, ep: int, tp: int) -> None:
-    bad = [f"{n} by tp" for n in ("heads", "kv_heads", "ffn") if getattr(cfg, n) % tp]
+    bad = [f"{n} by tp" for n in ("heads", "kv_heads", "ffn", "shared_ffn") if getattr(cfg, n) % tp]
     if cfg.experts % ep:
         bad.append("experts by ep")
     if bad:
@@ -47,10 +48,11 @@ def export_all(
     import jax.numpy as jnp
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
-    from model import BUGS, decoder, ep_decoder, param_shapes, param_specs
+    from model import BUGS, SHARED_EXPERT_BUGS, decoder, ep_decoder, param_shapes, param_specs
 
     check_divisible(cfg, ep, tp)
-    bugs = BUGS if bugs is None else bugs
+    if bugs is None:
+        bugs = tuple(b for b in BUGS if cfg.shared_ffn or b not in SHARED_EXPERT_BUGS)
     mesh = jax.make_mesh((ep, tp), ("ep", "tp"))
     is_shape = lambda x: isinstance(x, tuple) and all(isinstance(n, int) for n in x)  # noqa: E731
     shapes = param_shapes(cfg)
@@ -93,8 +95,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seq", type=int, default=8)
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--bugs", default="all", help="all, none, or a comma-separated list")
+    ap.add_argument(
+        "--shared-expert",
+        type=int,
+        default=0,
+        metavar="FFN",
+        help="add a shared expert of this ffn size (DeepSeek/Qwen-MoE style)",
+    )
     a = ap.parse_args(argv)
-    cfg = CONFIGS[a.config]
+    cfg = dataclasses.replace(CONFIGS[a.config], shared_ffn=a.shared_expert)
     if a.layers is not None:
         cfg = dataclasses.replace(cfg, layers=a.layers)
     bugs = {"all": None, "none": ()}.get(a.bugs, tuple(b for b in a.bugs.split(",") if b))

@@ -22,6 +22,9 @@ class MixtralConfig:
     vocab: int
     rope_theta: float = 1_000_000.0
     rms_eps: float = 1e-5
+    # a shared expert every token goes through besides its routed ones (DeepSeek-MoE and
+    # Qwen-MoE have one; Mixtral does not): its ffn size, 0 for none
+    shared_ffn: int = 0
     # read by the Llama attention this model reuses (examples/llama/config.py has the meaning)
     rope_interleaved: bool = False
     heads_view: str = "none"

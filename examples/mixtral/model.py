@@ -41,13 +41,20 @@ llama = _load_llama()
 
 Params = dict[str, Any]
 Bug = Literal[
-    "expert_reduce_over_tp_only", "global_expert_ids_as_local", "renormalised_over_local_experts"
+    "expert_reduce_over_tp_only",
+    "global_expert_ids_as_local",
+    "renormalised_over_local_experts",
+    "shared_expert_not_reduced",
+    "shared_expert_reduced_over_ep",
 ]
 BUGS: tuple[Bug, ...] = (
     "expert_reduce_over_tp_only",
     "global_expert_ids_as_local",
     "renormalised_over_local_experts",
+    "shared_expert_not_reduced",
+    "shared_expert_reduced_over_ep",
 )
+SHARED_EXPERT_BUGS = frozenset({"shared_expert_not_reduced", "shared_expert_reduced_over_ep"})
 
 
 def param_shapes(cfg: MixtralConfig) -> Params:
@@ -64,6 +71,10 @@ def param_shapes(cfg: MixtralConfig) -> Params:
         "w3": (e, d, f),  # up
         "w2": (e, f, d),  # down
     }
+    if cfg.shared_ffn:
+        layer.update(
+            {"ws1": (d, cfg.shared_ffn), "ws3": (d, cfg.shared_ffn), "ws2": (cfg.shared_ffn, d)}
+        )
     return {"layers": [dict(layer) for _ in range(cfg.layers)], "final_norm": (d,)}
 
 
@@ -81,6 +92,8 @@ def param_specs(cfg: MixtralConfig) -> Params:
         "w3": P("ep", None, "tp"),
         "w2": P("ep", "tp", None),  # row-parallel inside each expert
     }
+    if cfg.shared_ffn:  # the shared expert: column- then row-parallel over tp, on every ep
+        layer.update({"ws1": P(None, "tp"), "ws3": P(None, "tp"), "ws2": P("tp", None)})
     return {"layers": [dict(layer) for _ in range(cfg.layers)], "final_norm": P()}
 
 
@@ -99,11 +112,17 @@ def experts(h: Array, w1: Array, w3: Array, w2: Array) -> Array:
     return jnp.einsum("ebsf,efh->ebsh", jax.nn.silu(gate) * up, w2)
 
 
+def shared_expert(h: Array, layer: Params) -> Array:
+    """The expert every token goes through (SwiGLU)."""
+    return (jax.nn.silu(h @ layer["ws1"]) * (h @ layer["ws3"])) @ layer["ws2"]
+
+
 def moe(x: Array, layer: Params, cfg: MixtralConfig) -> Array:
     h = llama.rms_norm(x, layer["moe_norm"], cfg.rms_eps)
     weights = combine_weights(h, layer["router"], cfg.top_k)
     outputs = experts(h, layer["w1"], layer["w3"], layer["w2"])
-    return x + jnp.einsum("bse,ebsh->bsh", weights, outputs)
+    y = x + jnp.einsum("bse,ebsh->bsh", weights, outputs)
+    return y + shared_expert(h, layer) if cfg.shared_ffn else y
 
 
 def decoder(params: Params, x: Array, *, cfg: MixtralConfig) -> Array:
@@ -128,7 +147,15 @@ def ep_moe(x: Array, layer: Params, cfg: MixtralConfig, bug: Bug | None) -> Arra
     partial_sum = jnp.einsum("bse,ebsh->bsh", mine, outputs)  # and over "ep" (local experts)
     if bug == "expert_reduce_over_tp_only":
         return x + lax.psum(partial_sum, "tp")  # BUG: expert_reduce_over_tp_only
-    return x + lax.psum(partial_sum, ("ep", "tp"))
+    both = ("ep", "tp")
+    if not cfg.shared_ffn:
+        return x + lax.psum(partial_sum, both)
+    shared = shared_expert(h, layer)  # partial over "tp", the same on every "ep" device
+    if bug == "shared_expert_not_reduced":
+        return x + lax.psum(partial_sum, both) + shared  # BUG: shared_expert_not_reduced
+    if bug == "shared_expert_reduced_over_ep":
+        return x + lax.psum(partial_sum + shared, both)  # BUG: shared_expert_reduced_over_ep
+    return x + lax.psum(partial_sum, both) + lax.psum(shared, "tp")
 
 
 def ep_decoder(params: Params, x: Array, *, cfg: MixtralConfig, bug: Bug | None = None) -> Array:

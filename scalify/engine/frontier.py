@@ -264,6 +264,10 @@ def _explain(
             "(the two pipelines use different precisions)",
             True,
         )
+    if node.op in ("add", "sub") and len(node.operands) == 2:
+        counted = _partial_over_fewer_axes(operand_layouts, mesh)
+        if counted:
+            return counted, True
     if node.op in ELEMENTWISE and len(node.operands) > 1:
         texts = {_layouts_text(lays) for lays in operand_layouts if lays}
         if len(texts) > 1 and "replicate" not in texts:
@@ -513,6 +517,27 @@ def _same_everywhere_sources(
             )
         )
     return out
+
+
+def _partial_over_fewer_axes(operand_layouts, mesh: Mesh) -> str:
+    """add of a partial sum over axes A and B and one over A only: the second is the same
+    on every device along B, so the all-reduce over both counts it size(B) times."""
+    axes = [[_partial_axes([lay]) for lay in lays] if lays else [set()] for lays in operand_layouts]
+    for wide in axes[0] + axes[1]:
+        for narrow in axes[0] + axes[1]:
+            if narrow and narrow < wide and (wide in axes[0]) != (narrow in axes[0]):
+                extra = sorted(wide - narrow)
+                count = 1
+                for a in extra:
+                    count *= mesh.axis_size(a)
+                return (
+                    f"add of a partial sum over {', '.join(sorted(wide))} and one over "
+                    f"{', '.join(sorted(narrow))} only: the second is the same on every device "
+                    f"along {', '.join(extra)}, so reducing the sum over "
+                    f"{', '.join(sorted(wide))} counts it {count} times (a shared expert or "
+                    "bias folded into a reduction over more axes than its own)"
+                )
+    return ""
 
 
 def _lse_misuse(node: Node, operand_layouts) -> str:
