@@ -61,6 +61,8 @@ OP_ARITY: dict[str, tuple[int, ...]] = {
     "in_block": (2,),
     "block_offset": (2,),
     "one_hot": (1,),
+    "gather": (2,),
+    "scatter": (3,),
 }
 
 # `splat(c)`: a scalar broadcast to whatever shape its elementwise user has.

@@ -70,6 +70,8 @@ CANONICAL_OPS = (
         "in_block",
         "block_offset",
         "one_hot",
+        "gather",
+        "scatter",
         "opaque",
     }
 )

@@ -32,3 +32,20 @@ def test_bug_is_caught_at_its_line(exported, bug):
     code, report = verify_json(exported / "baseline.hlo", exported / f"ep_{bug}.hlo")
     assert code == 1 and report["verdict"] == "not_equivalent"
     assert caught_at(report, MOE / "model.py", bug)
+
+
+def test_gather_scatter_moe_verifies(exported):
+    """Dispatch as a scatter-add into capacity slots and combine as a gather, both vmapped
+    over the groups (HLO batching dims), with the all-to-alls between."""
+    code, report = verify_json(exported / "scatter_baseline.hlo", exported / "scatter.hlo")
+    assert (code, report["verdict"]) == (0, "equivalent")
+    assert report["outputs"][0]["proven"] == "shard(0, ep)"
+    fired = set(report["stats"]["rules_fired"])
+    assert {"scatter_into_fill_keeps_batch_shard", "gather_keeps_batch_shard"} <= fired
+
+
+@pytest.mark.parametrize("bug", ["combine_with_kept_mask", "slots_counted_over_groups"])
+def test_gather_scatter_bug_is_caught_at_its_line(exported, bug):
+    code, report = verify_json(exported / "scatter_baseline.hlo", exported / f"scatter_{bug}.hlo")
+    assert code == 1 and report["verdict"] == "not_equivalent"
+    assert caught_at(report, MOE / "model.py", bug)

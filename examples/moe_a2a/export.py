@@ -1,4 +1,5 @@
-"""Export the all-to-all MoE layer as HLO: the baseline, the correct body, one file a bug.
+"""Export the all-to-all MoE layer as HLO: the baseline, the correct body, one file a bug;
+the same for the gather/scatter form (`scatter_baseline.hlo`, `scatter*.hlo`).
 
 Usage: python examples/moe_a2a/export.py --out DIR [--ep 4] [--tokens 8] [--hidden 16]
        [--experts 8] [--ffn 32] [--capacity 4]
@@ -23,7 +24,7 @@ def export_all(
     from jax.sharding import PartitionSpec as P
 
     sys.path.insert(0, str(HERE))
-    from model import BUGS, ep_moe, moe
+    from model import BUGS, SCATTER_BUGS, ep_moe, ep_moe_scatter, moe, moe_scatter
 
     args = [
         ((ep, tokens, hidden), P("ep")),  # one group of tokens per device
@@ -41,7 +42,17 @@ def export_all(
         "ep",
         BUGS,
     )
-    return write_hlo(out_dir, variants)
+    scatter = shard_map_variants(
+        mesh,
+        partial(moe_scatter, capacity=capacity),
+        partial(ep_moe_scatter, capacity=capacity),
+        args,
+        P("ep"),
+        "scatter",
+        SCATTER_BUGS,
+    )
+    scatter["scatter_baseline"] = scatter.pop("baseline")
+    return write_hlo(out_dir, {**variants, **scatter})
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -18,6 +18,8 @@ from jax import Array, lax
 
 Bug = Literal["combine_with_dispatch_mask", "outputs_summed_over_groups"]
 BUGS: tuple[Bug, ...] = ("combine_with_dispatch_mask", "outputs_summed_over_groups")
+ScatterBug = Literal["combine_with_kept_mask", "slots_counted_over_groups"]
+SCATTER_BUGS: tuple[ScatterBug, ...] = ("combine_with_kept_mask", "slots_counted_over_groups")
 TOP_K = 2
 
 
@@ -61,3 +63,64 @@ def ep_moe(
     if bug == "outputs_summed_over_groups":
         return lax.psum(y, "ep")  # BUG: outputs_summed_over_groups
     return y
+
+
+# ---- the gather/scatter form -----------------------------------------------------------------
+# The same routing with indices instead of one-hot tensors: each (token, choice) has an expert
+# id and a slot; dispatch scatter-adds the token into (expert, slot) of its group's buffer
+# (a slot past the capacity is dropped), combine gathers it back. Both are vmapped over the
+# groups, so HLO holds them with the group as a batching dim.
+
+
+def route_indices(x: Array, router: Array, capacity: int, bug: ScatterBug | None = None):
+    """(expert id, slot, gate weight), each (groups, tokens, k); a dropped choice weighs 0.
+    A token's slot in an expert's buffer counts the tokens before it that chose the expert."""
+    experts = router.shape[1]
+    top, index = lax.top_k(x @ router, TOP_K)
+    gates = jax.nn.softmax(top, axis=-1)
+    mask = jnp.sum(jax.nn.one_hot(index, experts, dtype=x.dtype), axis=2)  # (g, t, e)
+    counted = jnp.cumsum(mask, axis=1)
+    if bug == "slots_counted_over_groups":
+        counted = jnp.cumsum(mask, axis=0)  # BUG: slots_counted_over_groups
+    position = counted * mask - 1.0
+    slot = jnp.take_along_axis(position, index, axis=2, mode="clip").astype(jnp.int32)
+    return index, slot, gates * (slot < capacity)
+
+
+def scatter_dispatch(x: Array, index: Array, slot: Array, experts: int, capacity: int) -> Array:
+    """(groups, experts, capacity, hidden): every kept token in its slot of its experts."""
+
+    def one_group(x, index, slot):
+        buffer = jnp.zeros((experts, capacity, x.shape[-1]), x.dtype)
+        tokens = jnp.broadcast_to(x[:, None, :], (*index.shape, x.shape[-1]))
+        return buffer.at[index, slot].add(tokens, mode="drop")
+
+    return jax.vmap(one_group)(x, index, slot)
+
+
+def gather_slots(ye: Array, index: Array, slot: Array) -> Array:
+    """(groups, tokens, k, hidden): each choice's expert output, 0 for a dropped one."""
+    return jax.vmap(lambda y, i, s: y.at[i, s].get(mode="fill", fill_value=0))(ye, index, slot)
+
+
+def moe_scatter(x: Array, router: Array, w1: Array, w2: Array, *, capacity: int) -> Array:
+    index, slot, weight = route_indices(x, router, capacity)
+    xe = scatter_dispatch(x, index, slot, router.shape[1], capacity)
+    got = gather_slots(experts_ffn(xe, w1, w2), index, slot)
+    return jnp.einsum("gtk,gtkh->gth", weight, got)
+
+
+def ep_moe_scatter(
+    x: Array, router: Array, w1: Array, w2: Array, *, capacity: int, bug: ScatterBug | None = None
+) -> Array:
+    """The gather/scatter form per device: its own group routed, dispatched and combined,
+    the expert slots sent to their devices and back by all-to-alls."""
+    index, slot, weight = route_indices(x, router, capacity, bug)
+    xe = scatter_dispatch(x, index, slot, router.shape[1], capacity)
+    xe = lax.all_to_all(xe, "ep", split_axis=1, concat_axis=0, tiled=True)
+    ye = experts_ffn(xe, w1, w2)
+    ye = lax.all_to_all(ye, "ep", split_axis=0, concat_axis=1, tiled=True)
+    got = gather_slots(ye, index, slot)
+    if bug == "combine_with_kept_mask":
+        return jnp.einsum("gtk,gtkh->gth", weight > 0, got)  # BUG: combine_with_kept_mask
+    return jnp.einsum("gtk,gtkh->gth", weight, got)

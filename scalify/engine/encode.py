@@ -49,7 +49,7 @@ def shape_free_nodes(graph: Graph) -> set[int]:
         if n.op == "broadcast"
         and not (same[n.id] & outputs)
         and users[n.id]
-        and all(graph.node(u).op in ELEMENTWISE for u in users[n.id])
+        and all(_sized_by_user(graph.node(u), n.id) for u in users[n.id])
     }
     while True:
         anchored = _anchored(graph, free)
@@ -70,6 +70,15 @@ def shape_free_nodes(graph: Graph) -> set[int]:
         free -= computed or lost
 
 
+def _sized_by_user(user: Node, operand: int) -> bool:
+    """The user fixes the operand's shape from its other operands and its key: an
+    elementwise op, or a scatter into it (whose key holds the sizes of the dims that are not
+    batching dims, and whose indices and updates hold the batch sizes)."""
+    if user.op == "scatter":
+        return user.operands[0] == operand and operand not in user.operands[1:]
+    return user.op in ELEMENTWISE
+
+
 def _of_literal(graph: Graph, node_id: int) -> bool:
     """A value computed from literals only (an iota, a constant, reshapes of them)."""
     from scalify.partition import literal_nodes
@@ -84,6 +93,8 @@ def _anchored(graph: Graph, free: set[int]) -> set[int]:
             continue
         if node.op in ELEMENTWISE:
             ok = any(o in anchored for o in node.operands)
+        elif node.op == "scatter":
+            ok = all(o in anchored for o in node.operands[1:])
         else:
             ok = all(o in anchored for o in node.operands)
         if ok:

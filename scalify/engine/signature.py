@@ -73,6 +73,40 @@ def _dot_maps(node: Node, ranks: list[int]) -> list[list[int]]:
     return [lhs, rhs]
 
 
+def _gather_maps(a: dict, ranks: list[int], out_rank: int) -> list[list[int]]:
+    """The indices' dims (but the index vector) land on the output's batch positions, in
+    order; of the operand only its batching dims land, where their indices dims do. Window
+    dims are not mapped: a shard of one is no block of what the gather takes."""
+    positions = [p for p in range(out_rank) if p not in a["offset_dims"]]
+    index_dims = [e for e in range(ranks[1]) if e != a["index_vector_dim"]]
+    index_map = [
+        positions[index_dims.index(e)]
+        if e in index_dims and len(positions) == len(index_dims)
+        else -1
+        for e in range(ranks[1])
+    ]
+    paired = dict(zip(a["operand_batching_dims"], a["start_indices_batching_dims"], strict=True))
+    operand_map = [index_map[paired[d]] if d in paired else -1 for d in range(ranks[0])]
+    return [operand_map, index_map]
+
+
+def _scatter_maps(a: dict, ranks: list[int]) -> list[list[int]]:
+    """Only batching dims are mapped, to the operand's (the output's) batching dim: of the
+    operand itself, of the indices, and of the updates' scatter dims (which follow the
+    indices' dims but the index vector, in order)."""
+    operand_dims, index_batch = a["input_batching_dims"], a["scatter_indices_batching_dims"]
+    paired = dict(zip(index_batch, operand_dims, strict=True))
+    operand_map = [d if d in operand_dims else -1 for d in range(ranks[0])]
+    index_map = [paired.get(e, -1) for e in range(ranks[1])]
+    index_dims = [e for e in range(ranks[1]) if e != a["index_vector_dim"]]
+    scatter_dims = [d for d in range(ranks[2]) if d not in a["update_window_dims"]]
+    update_map = [-1] * ranks[2]
+    if len(scatter_dims) == len(index_dims):
+        for d, e in zip(scatter_dims, index_dims, strict=True):
+            update_map[d] = paired.get(e, -1)
+    return [operand_map, index_map, update_map]
+
+
 def _dim_maps(node: Node, ranks: list[int], out_rank: int) -> list[list[int]]:
     op, a = node.op, node.attrs
     if op in ELEMENTWISE or op in COLLECTIVES:
@@ -111,6 +145,10 @@ def _dim_maps(node: Node, ranks: list[int], out_rank: int) -> list[list[int]]:
     if op == "one_hot":  # a new dim at `dim`; the index's dims keep their order around it
         d = a["dim"]
         return [[e if e < d else e + 1 for e in range(ranks[0])]]
+    if op == "gather":
+        return _gather_maps(a, ranks, out_rank)
+    if op == "scatter":
+        return _scatter_maps(a, ranks)
     if op == "split":  # dim p -> (p, p+1): a shard of it lands on the outer part
         p = a["dim"]
         return [[d if d <= p else d + 1 for d in range(ranks[0])]]
@@ -213,6 +251,10 @@ def node_signature(
         sig.attrs_i["dim"] = int(a["dim"])
     elif node.op in COLLECTIVES:
         _collective(node, mesh, parts, sig)
+    elif node.op == "scatter":  # the buffer's sizes but its batching dims: a fill has none
+        parts.append(repr(sorted((k, str(v)) for k, v in a.items())))
+        batching = a["input_batching_dims"]
+        parts.append("sizes=" + _ints(n for d, n in enumerate(node.shape) if d not in batching))
     elif node.op in ("opaque", "pad", "iota", "dynamic_slice"):
         parts.append(repr(sorted((k, str(v)) for k, v in a.items())))
         parts.append(f"shape={_ints(node.shape)}")

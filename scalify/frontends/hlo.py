@@ -668,6 +668,74 @@ _GATHER_FIELDS = (
 )
 
 
+_SCATTER_FIELDS = (
+    "update_window_dims",
+    "inserted_window_dims",
+    "scatter_dims_to_operand_dims",
+    "index_vector_dim",
+    "input_batching_dims",
+    "scatter_indices_batching_dims",
+)
+
+
+def _vector_dim(given: tuple[int, ...], index: tuple[int, ...]) -> int:
+    """HLO's index_vector_dim (default: past the last dim), checked against the indices."""
+    vector_dim = given[0] if given else len(index)
+    if not 0 <= vector_dim <= len(index):
+        raise ValueError(
+            f"index_vector_dim={vector_dim} is not a dim of the {len(index)}-dim indices "
+            f"(expected 0..{len(index)})"
+        )
+    return vector_dim
+
+
+def _unit_windows_as_batch(
+    f: dict[str, tuple[int, ...]],
+    table: tuple[int, ...],
+    index: tuple[int, ...],
+    out: tuple[int, ...],
+) -> tuple[dict[str, tuple[int, ...]], tuple[int, ...]]:
+    """The gather with every unit window dim of the table made a batching dim, and the
+    indices' shape with the unit dim that pairs with it. JAX writes a dim of size 1 as a
+    window (a one-group shard of a vmapped gather) where the whole dim is a batching dim;
+    both take the same single entry, and only the batching form is one op with the other."""
+    kept = set(f["collapsed_slice_dims"]) | set(f["operand_batching_dims"])
+    windows = [d for d in range(len(table)) if d not in kept]
+    if len(windows) != len(f["offset_dims"]) or len(out) != len(index) - (
+        f["index_vector_dim"][0] < len(index)
+    ) + len(windows):
+        return f, index
+    f = dict(f)
+    index_shape = list(index)
+    for d in [w for w in windows if table[w] == 1 and f["slice_sizes"][w] == 1]:
+        windows = [w for w in range(len(table)) if w not in kept]
+        position = f["offset_dims"][windows.index(d)]  # where the unit dim is in the output
+        batch_out = [p for p in range(len(out)) if p not in f["offset_dims"]]
+        vector = f["index_vector_dim"][0]
+        index_dims = [e for e in range(len(index_shape)) if e != vector]
+        rank = sum(p < position for p in batch_out)  # its place among the index dims
+        new = index_dims[rank] if rank < len(index_dims) else len(index_shape)
+        if rank == len(index_dims) and vector < len(index_shape):
+            new = vector if vector > (index_dims[-1] if index_dims else -1) else new
+        index_shape.insert(new, 1)
+
+        def moved(e: int, new: int = new) -> int:
+            return e + (e >= new)
+
+        f["index_vector_dim"] = (moved(vector) if vector < len(index_shape) - 1 else vector + 1,)
+        f["start_indices_batching_dims"] = (
+            *(moved(e) for e in f["start_indices_batching_dims"]),
+            new,
+        )
+        f["operand_batching_dims"] = (*f["operand_batching_dims"], d)
+        f["offset_dims"] = tuple(p for p in f["offset_dims"] if p != position)
+        kept.add(d)
+    pairs = sorted(zip(f["operand_batching_dims"], f["start_indices_batching_dims"], strict=True))
+    f["operand_batching_dims"] = tuple(d for d, _ in pairs)
+    f["start_indices_batching_dims"] = tuple(e for _, e in pairs)
+    return f, tuple(index_shape)
+
+
 def _gather_form(
     f: dict[str, tuple[int, ...]],
     table: tuple[int, ...],
@@ -679,12 +747,7 @@ def _gather_form(
     if len(f["start_index_map"]) != 1 or f["collapsed_slice_dims"] != f["start_index_map"]:
         return None
     (dim,) = f["start_index_map"]
-    vector_dim = f["index_vector_dim"][0] if f["index_vector_dim"] else len(index)
-    if not 0 <= vector_dim <= len(index):
-        raise ValueError(
-            f"index_vector_dim={vector_dim} is not a dim of the {len(index)}-dim indices "
-            f"(expected 0..{len(index)})"
-        )
+    vector_dim = _vector_dim(f["index_vector_dim"], index)
     if vector_dim == len(index):
         batch_shape = index
     elif vector_dim == len(index) - 1 and index[-1] == 1:
@@ -1232,6 +1295,8 @@ class _Lowering:
             return self.collective(ins, vals, loc, fop)
         if opcode == "gather" and len(vals) == 2 and isinstance(shape, _Array):
             return self.gather(ins, vals, shape, loc, fop)
+        if opcode == "scatter" and len(vals) == 3 and isinstance(shape, _Array):
+            return self.scatter(ins, vals, shape, loc, fop)
         if opcode == "topk" and len(_shape_leaves(shape)) == 2 and len(vals) == 1:
             return self.top_k(ins, vals[0], loc, fop)
         if not isinstance(shape, _Array):
@@ -1427,19 +1492,27 @@ class _Lowering:
         """HLO `gather` in the two forms lookups lower to: whole slices of a table along one dim
         (`take`: jnp.take, x[idx], an embedding) and one entry per row along a dim
         (`take_along`: take_along_axis, torch.gather). HLO clamps every index into range, and
-        so do both ops. Any other gather stays opaque."""
+        so do both ops. Any other gather is the general `gather`, with HLO's dims."""
         table, index = (self.nodes[v] for v in vals)
-        form = _gather_form(
-            {key: _ints(self.attr(ins, key) or "") for key in _GATHER_FIELDS},
-            table.shape,
-            index.shape,
-            shape.dims,
-        )
+        fields = {key: _ints(self.attr(ins, key) or "") for key in _GATHER_FIELDS}
+        fields["index_vector_dim"] = (_vector_dim(fields["index_vector_dim"], index.shape),)
+        form = _gather_form(fields, table.shape, index.shape, shape.dims)
+        index_shape = index.shape
+        if form is None:  # as a gather vmapped over the unit dims: the form the others have
+            fields, index_shape = _unit_windows_as_batch(
+                fields, table.shape, index.shape, shape.dims
+            )
+            form = _gather_form(fields, table.shape, index_shape, shape.dims)
+        if index_shape != index.shape:  # a unit dim for each new batching dim
+            reshaped = _Array(index.dtype, index_shape)
+            vals = [vals[0], self.new("reshape", (vals[1],), reshaped, {}, ins, loc, fop)]
         if form is None:
-            return self.opaque(ins, vals, loc, fop)
+            attrs: dict[str, Any] = dict(fields)
+            attrs["index_vector_dim"] = fields["index_vector_dim"][0]
+            return self.new("gather", tuple(vals), shape, attrs, ins, loc, fop)
         op, dim, batch_shape, perm = form
         index_id = vals[1]
-        if batch_shape != index.shape:  # drop the index vector dim (of size 1)
+        if batch_shape != index_shape:  # drop the index vector dim (of size 1)
             index_id = self.new(
                 "reshape", (index_id,), _Array(index.dtype, batch_shape), {}, ins, loc, fop
             )
@@ -1451,10 +1524,32 @@ class _Lowering:
         )
         return self.new("transpose", (taken,), shape, {"perm": perm}, ins, loc, fop)
 
+    def scatter(
+        self, ins: _Instr, vals: list[int], shape: _Array, loc: SourceLoc | None, fop: str
+    ) -> _Value:
+        """HLO `scatter` of one operand: `scatter` with HLO's dims and the combiner (`sum`,
+        `max`, `min`, `prod`, or `replace` when it returns the update); others are opaque."""
+        op = self.reducer(ins) or ("replace" if self._returns_update(ins) else None)
+        if op is None:
+            return self.opaque(ins, vals, loc, fop)
+        attrs: dict[str, Any] = {key: _ints(self.attr(ins, key) or "") for key in _SCATTER_FIELDS}
+        attrs["index_vector_dim"] = _vector_dim(
+            attrs["index_vector_dim"], self.nodes[vals[1]].shape
+        )
+        attrs["op"] = op
+        return self.new("scatter", tuple(vals), shape, attrs, ins, loc, fop)
+
+    def _returns_update(self, ins: _Instr) -> bool:
+        comp = self.called(ins, "to_apply")
+        root = comp.root
+        return (
+            root is not None and root.opcode == "parameter" and _ints(self.raw_args(root)) == (1,)
+        )
+
     def prefix_sum(self, ins: _Instr, vals: list[int], loc: SourceLoc | None, fop: str) -> _Value:
         """`reduce-window` as `jnp.cumsum` lowers it (a sum over a window as long as one dim,
-        padded before by its length minus one, stride 1) is `cumsum` along that dim; any
-        other window stays opaque."""
+        padded before by its length minus one, stride 1) is `cumsum` along that dim; a window
+        of one element is a `cumsum` along a dim of size 1; any other window stays opaque."""
         window = self.attr(ins, "window") or ""
         sizes = _window_field(window, "size")
         pads = _window_field(window, "pad")
@@ -1468,6 +1563,14 @@ class _Lowering:
             return self.opaque(ins, vals, loc, fop)
         dims = ins.shape.dims
         long = [d for d, n in enumerate(sizes) if n != 1]
+        flat = all(tuple(p) == (0, 0) for p in pads) and all(n == 1 for n in strides)
+        if not long and flat and len(sizes) == len(dims):
+            # a window of one element: jnp.cumsum along a dim of size 1 (the other graph may
+            # have the whole dim where this one holds a block of one)
+            units = [d for d, n in enumerate(dims) if n == 1]
+            if not units:
+                return vals[0]
+            return self.new("cumsum", (vals[0],), ins.shape, {"dim": units[0]}, ins, loc, fop)
         if (
             len(sizes) != len(dims)
             or len(long) != 1

@@ -14,6 +14,8 @@ import numpy as np
 
 from scalify.ir import Node
 
+from . import indexing
+
 
 class NotSimulable(Exception):
     """The op has no numeric semantics here (opaque, pad, ...): the graph is not simulated."""
@@ -250,6 +252,10 @@ def apply(node: Node, args: list[np.ndarray], operand_dtypes: list[str]) -> np.n
         return np.cumsum(args[0], axis=int(node.attrs["dim"])).astype(args[0].dtype)
     if op in ("take", "take_along"):
         return _take(node, args[0], args[1])
+    if op == "gather":
+        return indexing.gather(node, args[0], args[1])
+    if op == "scatter":
+        return indexing.scatter(node, args[0], args[1], args[2])
     if op == "one_hot":
         dim, size = int(node.attrs["dim"]), int(node.attrs["size"])
         shape = [1] * (args[0].ndim + 1)
