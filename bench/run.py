@@ -94,11 +94,31 @@ def export_mlp(out: Path, tp: int, hidden: int, ffn: int) -> Path:
     return out
 
 
-def _verify_child(folder: str, distributed: str, queue) -> None:
+def export_flash(out: Path, chunks: int, seq: int) -> Path:
+    subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "examples/flash_decoding/export.py"),
+            "--out",
+            str(out),
+            "--tp",
+            "2",
+            "--seq",
+            str(seq),
+            "--chunks",
+            str(chunks),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return out
+
+
+def _verify_child(folder: str, distributed: str, baseline: str, queue) -> None:
     from scalify.verify import verify_files
 
     start = time.perf_counter()
-    report = verify_files(f"{folder}/baseline.hlo", f"{folder}/{distributed}", REPO / "rules")
+    report = verify_files(f"{folder}/{baseline}", f"{folder}/{distributed}", REPO / "rules")
     total = time.perf_counter() - start
     seconds = report.stats["seconds"]
     queue.put(
@@ -116,10 +136,10 @@ def _verify_child(folder: str, distributed: str, queue) -> None:
     )
 
 
-def measure(folder: Path, distributed: str = "tp.hlo") -> dict:
+def measure(folder: Path, distributed: str = "tp.hlo", baseline: str = "baseline.hlo") -> dict:
     context = multiprocessing.get_context("spawn")
     queue = context.Queue()
-    child = context.Process(target=_verify_child, args=(str(folder), distributed, queue))
+    child = context.Process(target=_verify_child, args=(str(folder), distributed, baseline, queue))
     child.start()
     result = queue.get()
     child.join()
@@ -178,7 +198,10 @@ def main() -> int:
     def verify_time(folder: Path) -> float:
         """The fastest of three verifications: a ratio of small times is otherwise mostly
         the noise of whatever else the machine is doing."""
-        return min(measure(folder)["verify_seconds"] for _ in range(3))
+        names = ("tp.hlo", "baseline.hlo")
+        if (folder / "chunked.hlo").exists():  # split-KV attention over chunks on one device
+            names = ("chunked.hlo", "split_baseline.hlo")
+        return min(measure(folder, *names)["verify_seconds"] for _ in range(3))
 
     ratios = {}
     pairs = {
@@ -195,6 +218,10 @@ def main() -> int:
         "hidden4x_over_1x": (
             lambda: export_mlp(tmp / "mlp_h4", 4, 1024, 4096),
             lambda: export_mlp(tmp / "mlp_h1", 4, 256, 1024),
+        ),
+        "kv_chunks64_over_4": (
+            lambda: export_flash(tmp / "chunks64", 64, 4096),
+            lambda: export_flash(tmp / "chunks4", 4, 4096),
         ),
         "layers126_over_32": (
             lambda: export_llama(tmp / "layers126", "8b", 8, layers=126),

@@ -3,7 +3,7 @@ the same for the split-KV (m, l, o) combine (`split_baseline.hlo`, `split*.hlo`)
 single-device split-KV kernel over KV chunks (`chunked*.hlo`, baseline `split_baseline.hlo`).
 
 Usage: python examples/flash_decoding/export.py --out DIR [--tp 4] [--batch 2] [--heads 4]
-       [--seq 64] [--head-dim 8]
+       [--seq 64] [--head-dim 8] [--chunks 4]
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from hlo_export import export_cli, shard_map_variants, write_hlo  # noqa: E402
 
 
 def export_all(
-    out_dir: Path, tp: int, batch: int, heads: int, seq: int, head_dim: int
+    out_dir: Path, tp: int, batch: int, heads: int, seq: int, head_dim: int, chunks: int
 ) -> dict[str, Path]:
     from functools import partial
 
@@ -57,18 +57,19 @@ def export_all(
     split.update({k: v for k, v in lse.items() if k != "baseline"})
     single = [jax.ShapeDtypeStruct(shape, jax.numpy.float32) for shape, _ in args]
     chunked = {
-        "chunked": (jax.jit(chunked_decode), single),
-        "chunked_lse": (jax.jit(chunked_lse_decode), single),
+        "chunked": (jax.jit(partial(chunked_decode, chunks=chunks)), single),
+        "chunked_lse": (jax.jit(partial(chunked_lse_decode, chunks=chunks)), single),
     }
     for bug in CHUNK_BUGS:
-        chunked[f"chunked_{bug}"] = (jax.jit(partial(chunked_decode, bug=bug)), single)
+        fn = partial(chunked_decode, chunks=chunks, bug=bug)
+        chunked[f"chunked_{bug}"] = (jax.jit(fn), single)
     return {**written, **write_hlo(out_dir, split), **write_hlo(out_dir, chunked)}
 
 
 def main(argv: list[str] | None = None) -> None:
     export_cli(
         __doc__,
-        {"tp": 4, "batch": 2, "heads": 4, "seq": 64, "head_dim": 8},
+        {"tp": 4, "batch": 2, "heads": 4, "seq": 64, "head_dim": 8, "chunks": 4},
         lambda tp, **_: tp,
         export_all,
         argv,

@@ -85,15 +85,17 @@ def split_decode_keepdims(q: Array, k: Array, v: Array, *, bug: None = None) -> 
     return lax.psum(w * o, "tp") / lax.psum(w * total, "tp")
 
 
-def chunked_decode(q: Array, k: Array, v: Array, *, bug: ChunkBug | None = None) -> Array:
+def chunked_decode(
+    q: Array, k: Array, v: Array, *, chunks: int = CHUNKS, bug: ChunkBug | None = None
+) -> Array:
     """Split-KV on one device (the flash-decoding kernel's layout): the KV cache viewed as
-    CHUNKS chunks, each chunk's (m, l, o) computed at once, then combined across chunks."""
+    `chunks` chunks, each chunk's (m, l, o) computed at once, then combined across chunks."""
     b, h, n, d = k.shape
-    kc = k.reshape(b, h, CHUNKS, n // CHUNKS, d)
+    kc = k.reshape(b, h, chunks, n // chunks, d)
     if bug == "v_chunks_strided":
-        vc = v.reshape(b, h, n // CHUNKS, CHUNKS, d).swapaxes(2, 3)  # BUG: v_chunks_strided
+        vc = v.reshape(b, h, n // chunks, chunks, d).swapaxes(2, 3)  # BUG: v_chunks_strided
     else:
-        vc = v.reshape(b, h, CHUNKS, n // CHUNKS, d)  # the same chunks as k
+        vc = v.reshape(b, h, chunks, n // chunks, d)  # the same chunks as k
     s = jnp.einsum("bhd,bhcsd->bhcs", q * SCALE, kc)
     m = jnp.max(s, axis=-1)  # each chunk's max
     p = jnp.exp(s - m[..., None])
@@ -129,11 +131,13 @@ def lse_decode(q: Array, k: Array, v: Array, *, bug: LseBug | None = None) -> Ar
     return lax.psum(o * w[..., None], "tp") / lax.psum(w, "tp")[..., None]
 
 
-def chunked_lse_decode(q: Array, k: Array, v: Array, *, bug: None = None) -> Array:
+def chunked_lse_decode(
+    q: Array, k: Array, v: Array, *, chunks: int = CHUNKS, bug: None = None
+) -> Array:
     """The same merge on one device, over KV chunks: the kernel runs on every chunk at once
     (vmapped over the chunk dim), and the merge reduces across it."""
     b, h, n, d = k.shape
-    kc, vc = (t.reshape(b, h, CHUNKS, n // CHUNKS, d) for t in (k, v))
+    kc, vc = (t.reshape(b, h, chunks, n // chunks, d) for t in (k, v))
     o, lse = jax.vmap(lse_partial, in_axes=(None, 2, 2), out_axes=(2, 2))(q, kc, vc)
     w = jnp.exp(lse - jnp.max(lse, axis=-1, keepdims=True))
     return jnp.sum(o * w[..., None], axis=2) / jnp.sum(w, axis=-1)[..., None]
