@@ -42,6 +42,22 @@ def verify_json(baseline: Path, distributed: Path) -> tuple[int, dict]:
     return result.code, json.loads(result.out)
 
 
+def assert_proved(baseline: Path, distributed: Path, fired: set[str] = frozenset()) -> dict:
+    """`verify` proves the pair equivalent (exit 0), with at least the rules `fired`."""
+    code, report = verify_json(baseline, distributed)
+    assert (code, report["verdict"]) == (0, "equivalent"), report.get("suspects")
+    assert set(fired) <= set(report["stats"]["rules_fired"])
+    return report
+
+
+def assert_caught(baseline: Path, distributed: Path, model: Path, bug: str) -> dict:
+    """`verify` finds the pair not equivalent (exit 1) and names the bug's line first."""
+    code, report = verify_json(baseline, distributed)
+    assert code == 1 and report["verdict"] == "not_equivalent"
+    assert caught_at(report, model, bug), report["suspects"][:1]
+    return report
+
+
 def caught_at(report: dict, model: Path, bug: str) -> bool:
     """The first suspect is at the line of `model` tagged `# BUG: bug`."""
     first = report["suspects"][0]

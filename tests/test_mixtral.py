@@ -5,7 +5,7 @@ and each bug is caught at its line."""
 from __future__ import annotations
 
 import pytest
-from conftest import REPO, caught_at, export_example, verify_json
+from conftest import REPO, assert_caught, assert_proved, export_example, verify_json
 
 pytest.importorskip("jax")
 
@@ -35,9 +35,7 @@ def test_expert_parallel_decoder_verifies(exported):
 
 @pytest.mark.parametrize("bug", BUGS)
 def test_bug_is_caught_at_its_line(exported, bug):
-    code, report = verify_json(exported / "baseline.hlo", exported / f"ep_{bug}.hlo")
-    assert code == 1 and report["verdict"] == "not_equivalent"
-    assert caught_at(report, MIXTRAL / "model.py", bug)
+    assert_caught(exported / "baseline.hlo", exported / f"ep_{bug}.hlo", MIXTRAL / "model.py", bug)
 
 
 @pytest.fixture(scope="module")
@@ -50,15 +48,12 @@ def with_shared_expert(tmp_path_factory):
 
 def test_shared_expert_verifies(with_shared_expert):
     """The routed experts' partial sum is reduced over ep and tp, the shared expert's over tp."""
-    code, report = verify_json(with_shared_expert / "baseline.hlo", with_shared_expert / "ep.hlo")
-    assert (code, report["verdict"]) == (0, "equivalent")
+    assert_proved(with_shared_expert / "baseline.hlo", with_shared_expert / "ep.hlo")
 
 
 @pytest.mark.parametrize("bug", ["shared_expert_not_reduced", "shared_expert_reduced_over_ep"])
 def test_shared_expert_bug_is_caught_at_its_line(with_shared_expert, bug):
     out = with_shared_expert
-    code, report = verify_json(out / "baseline.hlo", out / f"ep_{bug}.hlo")
-    assert code == 1 and report["verdict"] == "not_equivalent"
-    assert caught_at(report, MIXTRAL / "model.py", bug)
+    report = assert_caught(out / "baseline.hlo", out / f"ep_{bug}.hlo", MIXTRAL / "model.py", bug)
     if bug == "shared_expert_reduced_over_ep":
         assert "counts it 2 times" in report["suspects"][0]["reason"]

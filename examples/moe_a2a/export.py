@@ -33,26 +33,24 @@ def export_all(
         ((experts, ffn, hidden), P("ep")),
     ]
     mesh = jax.make_mesh((ep,), ("ep",))
-    variants = shard_map_variants(
-        mesh,
-        partial(moe, capacity=capacity),
-        partial(ep_moe, capacity=capacity),
-        args,
-        P("ep"),
-        "ep",
-        BUGS,
+    variants = {}
+    forms = (  # (baseline, body, name, bugs, the baseline's file name)
+        (moe, ep_moe, "ep", BUGS, "baseline"),
+        (moe_scatter, ep_moe_scatter, "scatter", SCATTER_BUGS, "scatter_baseline"),
     )
-    scatter = shard_map_variants(
-        mesh,
-        partial(moe_scatter, capacity=capacity),
-        partial(ep_moe_scatter, capacity=capacity),
-        args,
-        P("ep"),
-        "scatter",
-        SCATTER_BUGS,
-    )
-    scatter["scatter_baseline"] = scatter.pop("baseline")
-    return write_hlo(out_dir, {**variants, **scatter})
+    for baseline, body, name, bugs, baseline_name in forms:
+        form = shard_map_variants(
+            mesh,
+            partial(baseline, capacity=capacity),
+            partial(body, capacity=capacity),
+            args,
+            P("ep"),
+            name,
+            bugs,
+        )
+        form[baseline_name] = form.pop("baseline")
+        variants.update(form)
+    return write_hlo(out_dir, variants)
 
 
 def main(argv: list[str] | None = None) -> None:
