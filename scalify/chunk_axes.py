@@ -50,7 +50,7 @@ def lift_chunk_axis(graph: Graph, mesh: Mesh) -> Lifted | None:
     for chunks in sizes:
         try:
             lifted = _Lifter(graph, mesh, chunks).run()
-        except _NotLiftable:
+        except (_NotLiftable, KeyError, ValueError):  # an op's form this pass does not know
             continue
         if lifted is not None:
             return lifted
@@ -300,6 +300,8 @@ class _Lifter:
         self._carry(node, dim, "concatenate", operands, attrs)
 
     def _op_reduce(self, node: Node, carried) -> None:
+        if len(carried) != 1:
+            raise _NotLiftable("a reduction with an initial value")
         (dim,) = carried
         dims = tuple(node.attrs["dims"])
         if dim not in dims:

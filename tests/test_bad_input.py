@@ -88,3 +88,17 @@ def test_gather_with_an_index_vector_dim_outside_the_indices(cli, tmp_path):
     )
     result = cli("verify", str(bad), str(bad), "--mesh", "tp=1")
     assert_clean_error(result, "gather.hlo:5:", "index_vector_dim=3", "expected 0..0")
+
+
+def test_scatter_with_an_index_vector_dim_outside_the_indices(cli, tmp_path):
+    bad = tmp_path / "scatter.hlo"
+    bad.write_text(
+        "HloModule m\nadd {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
+        "  ROOT c = f32[] add(a, b)\n}\nENTRY main {\n  t = f32[6,5] parameter(0)\n"
+        "  i = s32[3,1] parameter(1)\n  u = f32[3,5] parameter(2)\n"
+        "  ROOT s = f32[6,5] scatter(t, i, u), update_window_dims={1}, "
+        "inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=4, "
+        "to_apply=add\n}\n"
+    )
+    result = cli("verify", str(bad), str(bad), "--mesh", "tp=1")
+    assert_clean_error(result, "scatter.hlo:11:", "index_vector_dim=4", "expected 0..2")
