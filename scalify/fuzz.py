@@ -250,6 +250,15 @@ def _check_types(op: str, attrs: dict, shapes: list[tuple[int, ...]]) -> None:
     elif op in ELEMENTWISE_UNARY | ELEMENTWISE_BINARY | {"select", "clamp"}:
         if len({s for s in shapes if s}) > 1:
             raise NotSimulable("ill-typed elementwise op")
+    elif op in ("gather", "scatter"):
+        batch = ("operand_batching_dims", "start_indices_batching_dims")
+        if op == "scatter":
+            batch = ("input_batching_dims", "scatter_indices_batching_dims")
+        pairs = zip(attrs[batch[0]], attrs[batch[1]], strict=True)
+        if any(shapes[0][d] != shapes[1][e] for d, e in pairs):
+            raise NotSimulable(f"ill-typed {op}: batching dims of different sizes")
+        if op == "scatter" and shapes[1][:-1] != shapes[2][:-1]:
+            raise NotSimulable("ill-typed scatter: indices and updates of different counts")
 
 
 def _collective_shape(node: Node, shape, mesh: Mesh):
@@ -599,6 +608,56 @@ def _lookup(b: _Builder, along: bool) -> int:
     return b.op("take_along" if along else "take", (t, i), "f32", {"dim": d})
 
 
+def _batched_indexing(b: _Builder, scatter: bool) -> int:
+    """A gather or scatter vmapped over a batch dim (dim 0 of every operand), as JAX emits
+    it: operand (batch, entries, width), indices (batch, count, 1) kept in range (a scatter's
+    one past the end too: its window is dropped), updates (batch, count, width). Every
+    operand is laid out at random, so a batch shard meets other shards and replicas."""
+    batch, entries, count, width = b.size(), b.size(), b.size(), int(b.rng.integers(1, 4))
+    if scatter and b.hint(0) == "splat":
+        layout = b.operand_layout(1, 3, b.layout(3, allow_partial=False))
+        dist = local_shape((batch, entries, width), (), b.mesh)
+        dist = (local_shape((batch, count, 1), layout, b.mesh)[0], *dist[1:])
+        operand = b.fill((batch, entries, width), dist, "f32")
+        hints = (layout, None)
+    else:
+        operand = b.input((batch, entries, width), "f32", b.operand_layout(0, 3, b.layout(3)))
+        hints = (None, None)
+    index_layout = hints[0]
+    if index_layout is None:
+        index_layout = b.operand_layout(1, 3, b.layout(3, allow_partial=False))
+    index = b.input((batch, count, 1), "s32", index_layout)
+    for side in (b.base, b.dist):
+        side[index].attrs["assumed_range"] = (0, entries if scatter else entries - 1)
+    if not scatter:
+        attrs = {
+            "offset_dims": (2,),
+            "collapsed_slice_dims": (1,),
+            "start_index_map": (1,),
+            "operand_batching_dims": (0,),
+            "start_indices_batching_dims": (0,),
+            "index_vector_dim": 2,
+        }
+        return b.op(
+            "gather",
+            (operand, index),
+            "f32",
+            attrs,
+            lambda side: ({"slice_sizes": (1, 1, side[operand].shape[2])}, None),
+        )
+    updates = b.input((batch, count, width), "f32", b.operand_layout(2, 3, b.layout(3)))
+    attrs = {
+        "update_window_dims": (2,),
+        "inserted_window_dims": (1,),
+        "scatter_dims_to_operand_dims": (1,),
+        "input_batching_dims": (0,),
+        "scatter_indices_batching_dims": (0,),
+        "index_vector_dim": 2,
+        "op": "sum" if b.rng.random() < 0.8 else "max",
+    }
+    return b.op("scatter", (operand, index, updates), "f32", attrs)
+
+
 def _one_hot(b: _Builder) -> int:
     """A one-hot of a randomly laid out integer tensor (partial sums included: the rule must
     not take them) along a random new dim."""
@@ -725,6 +784,8 @@ def generate(op: str, rng: np.random.Generator, hints: list[str | None] | None =
         out = _lookup(b, along=op == "take_along")
     elif op == "cumsum":
         out = _cumsum(b)
+    elif op in ("gather", "scatter"):
+        out = _batched_indexing(b, scatter=op == "scatter")
     elif op in COLLECTIVE_OPS:
         out = _collective(b, op)
     else:

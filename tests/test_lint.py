@@ -138,6 +138,34 @@ rule take_any_table_shard:
 """,
         60,
     ),
+    # a gather whose table and indices are split along dims that are not a batching pair
+    "gather_any_shards": (
+        ("core.srl",),
+        """
+# UNSOUND on purpose: no check that the two shards are the batching pair
+rule gather_any_shards:
+  match   gather(T, I)
+  where   T ~ t @ shard(d, a)
+          I ~ i @ shard(e, a)
+  rewrite gather(T, I) ~ gather(t, i) @ shard(d, a)
+""",
+        60,
+    ),
+    # scatter-add is linear in the updates and the buffer together: partial updates into a
+    # whole buffer count the buffer once per device
+    "scatter_partial_updates": (
+        ("core.srl",),
+        """
+# UNSOUND on purpose: the buffer is not a partial sum
+rule scatter_partial_updates:
+  match   scatter(B, I, U)
+  where   B ~ b @ invariant(a)
+          I ~ i @ invariant(a)
+          U ~ u @ partial(sum, a)
+  rewrite scatter(B, I, U) ~ scatter(b, i, u) @ partial(sum, a)
+""",
+        60,
+    ),
 }
 
 

@@ -60,15 +60,21 @@ def gather(node: Node, operand: np.ndarray, index: np.ndarray) -> np.ndarray:
     }
     dropped = set(a["collapsed_slice_dims"]) | set(a["operand_batching_dims"])
     window = [d for d in range(operand.ndim) if d not in dropped]
-    out = np.zeros(node.shape, dtype=operand.dtype)
-    batch_out = [p for p in range(len(node.shape)) if p not in a["offset_dims"]]
+    rank = len(dims) + len(window)  # the output's shape, from the operands
+    batch_out = [p for p in range(rank) if p not in a["offset_dims"]]
+    shape = [0] * rank
+    for p, e in zip(batch_out, dims, strict=True):
+        shape[p] = index.shape[e]
+    for p, d in zip(a["offset_dims"], window, strict=True):
+        shape[p] = sizes[d]
+    out = np.zeros(shape, dtype=operand.dtype)
     for position in itertools.product(*(range(n) for n in moved.shape[:-1])):
         start = _start(position, moved[position], a["start_index_map"], batching, operand.ndim)
         for d in a["start_index_map"]:
             start[d] = min(max(start[d], 0), operand.shape[d] - sizes[d])
         piece = operand[tuple(slice(s, s + n) for s, n in zip(start, sizes, strict=True))]
         piece = piece.reshape([sizes[d] for d in window])
-        target: list = [slice(None)] * len(node.shape)
+        target: list = [slice(None)] * rank
         for p, i in zip(batch_out, position, strict=True):
             target[p] = i
         out[tuple(target)] = piece
