@@ -40,6 +40,18 @@ EXAMPLES = [
         ["--tp", "2"],
         ("baseline.hlo", "fd.hlo"),
     ),
+    (
+        "flash decoding lse merge",
+        "examples/flash_decoding/export.py",
+        ["--tp", "2"],
+        ("split_baseline.hlo", "lse.hlo"),
+    ),
+    (
+        "flash decoding kv chunks (one device)",
+        "examples/flash_decoding/export.py",
+        ["--tp", "2"],
+        ("split_baseline.hlo", "chunked.hlo"),
+    ),
     ("ulysses sp=2", "examples/ulysses/export.py", ["--sp", "2"], ("baseline.hlo", "ulysses.hlo")),
     ("sp tp=2", "examples/sp/export.py", ["--tp", "2"], ("baseline.hlo", "sp.hlo")),
     (
@@ -52,6 +64,18 @@ EXAMPLES = [
         "moe all-to-all ep=2",
         "examples/moe_a2a/export.py",
         ["--ep", "2"],
+        ("baseline.hlo", "ep.hlo"),
+    ),
+    (
+        "moe gather/scatter ep=2",
+        "examples/moe_a2a/export.py",
+        ["--ep", "2"],
+        ("scatter_baseline.hlo", "scatter.hlo"),
+    ),
+    (
+        "mixtral shared expert",
+        "examples/mixtral/export.py",
+        ["--layers", "1", "--bugs", "none", "--shared-expert", "32"],
         ("baseline.hlo", "ep.hlo"),
     ),
     (
