@@ -16,7 +16,9 @@ user wrote it everywhere else.
 
 from __future__ import annotations
 
-from .ir import ELEMENTWISE_BINARY, ELEMENTWISE_UNARY, Graph, NewNodes, Node
+from dataclasses import replace
+
+from .ir import ELEMENTWISE_BINARY, ELEMENTWISE_UNARY, Graph, Node
 
 ELEMENTWISE = ELEMENTWISE_UNARY | ELEMENTWISE_BINARY | {"select", "clamp"}
 VIEWS = ("merge", "split", "reshape")
@@ -34,7 +36,7 @@ def fold_reshape_round_trips(graph: Graph) -> None:
         nodes[node.id] = node
         if not _is_view(node, nodes):
             continue
-        new = NewNodes(node, next_id)
+        new = _Copies(next_id)
         folded = _unview(nodes[node.operands[0]], node.shape, nodes, new, 0)
         if folded is None or not new.nodes:
             continue
@@ -49,6 +51,22 @@ def fold_reshape_round_trips(graph: Graph) -> None:
     graph.output_shardings = {alias.get(k, k): v for k, v in graph.output_shardings.items()}
 
 
+class _Copies:
+    """The ops of a round trip made again at the outer shape, each where its original is in
+    the user's code (its location and name), so that a report points at the same lines."""
+
+    def __init__(self, next_id: int) -> None:
+        self.next_id = next_id
+        self.nodes: list[Node] = []
+
+    def add(self, like: Node, operands: tuple[int, ...], shape: tuple[int, ...]) -> int:
+        attrs = dict(like.attrs)
+        copy = replace(like, id=self.next_id + len(self.nodes), operands=operands, shape=shape)
+        copy.attrs = attrs
+        self.nodes.append(copy)
+        return copy.id
+
+
 def _is_view(node: Node, nodes: dict[int, Node]) -> bool:
     if node.op in VIEWS:
         return True
@@ -59,7 +77,7 @@ def _is_view(node: Node, nodes: dict[int, Node]) -> bool:
 
 
 def _unview(
-    node: Node, shape: tuple[int, ...], nodes: dict[int, Node], new: NewNodes, depth: int
+    node: Node, shape: tuple[int, ...], nodes: dict[int, Node], new: _Copies, depth: int
 ) -> int | None:
     """`node` seen at `shape` without a view: the id of a value equal to `reshape(node,
     shape)` built from the leaves, or None when `node` is no round trip."""
@@ -77,9 +95,7 @@ def _unview(
     for o in node.operands:
         operand = nodes[o]
         if _is_scalar_fill(operand, nodes):
-            operands.append(
-                new.add("broadcast", operand.operands, shape, operand.dtype, {"dims": ()})
-            )
+            operands.append(new.add(operand, operand.operands, shape))
             continue
         folded = _unview(operand, shape, nodes, new, depth + 1)
         if folded is None:
@@ -88,7 +104,7 @@ def _unview(
         operands.append(folded)
     if not viewed:
         return None
-    return new.add(node.op, tuple(operands), shape, node.dtype, dict(node.attrs))
+    return new.add(node, tuple(operands), shape)
 
 
 def _is_scalar_fill(node: Node, nodes: dict[int, Node]) -> bool:

@@ -46,7 +46,9 @@ def test_moved_slices_and_views_equal_their_originals_in_both_graphs(fused_llama
     mesh = Mesh((("tp", 2),))
     rng = np.random.default_rng(0)
     base_alt, dist_alt = derived(base, True), derived(dist, False)
-    assert len(base_alt.nodes) > len(base.nodes) and len(dist_alt.nodes) > len(dist.nodes)
+    # the baseline always gets some (its fused weights are cut, its views moved); the
+    # distributed graph may hold none once reshape round trips are folded
+    assert len(base_alt.nodes) > len(base.nodes)
 
     base_inputs = {i: random_input(base.node(i), rng) for i in base.inputs}
     base_values = run_baseline(base_alt, base_inputs)
