@@ -1,4 +1,4 @@
-"""Reshape round trips through elementwise ops, folded away.
+"""Reshape round trips through elementwise ops, folded into an equal form.
 
 Lowerings add and drop size-1 dims around elementwise code: JAX's `take_along_axis` checks
 its indices' bounds on a copy viewed with an index-vector dim of one entry, then reduces
@@ -10,8 +10,10 @@ whatever sizes their dims have. A reduction over one dim of one entry reduces no
 counts as a reshape here.
 
 Only whole round trips fold: every leaf of the elementwise tree is a view of a value of
-the outer view's shape, or a scalar fill. Nothing else moves, so the graph stays as the
-user wrote it everywhere else.
+the outer view's shape, or a scalar fill. The folded form is added beside the original,
+as an equal value, not in its place: where one graph has a collective between the views
+(a psum of a keepdims sum) it cannot fold, and the other graph must still hold the form it
+can match.
 """
 
 from __future__ import annotations
@@ -26,38 +28,35 @@ DEPTH = 6  # how many elementwise ops deep a round trip is looked for
 
 
 def fold_reshape_round_trips(graph: Graph) -> None:
-    """Replace each view (or reduction over a unit dim) whose operand is such a round trip
-    by the elementwise ops applied to the unviewed values."""
-    alias: dict[int, int] = {}
+    """For each view (or reduction over a unit dim) whose operand is such a round trip, add
+    the elementwise ops applied to the unviewed values as an equal form (graph.equalities).
+    Both forms stay: the other graph may hold either (a collective between the views keeps
+    them there, and a report should name the ops as written)."""
     nodes: dict[int, Node] = {}
+    folded_form: dict[int, int] = {}  # a view folded already: its elementwise form
     next_id = max(graph.nodes, default=-1) + 1
     for node in graph.nodes.values():
-        node.operands = tuple(alias.get(o, o) for o in node.operands)
+        if _is_view(node, nodes):
+            new = _Copies(next_id, folded_form)
+            operand = nodes[folded_form.get(node.operands[0], node.operands[0])]
+            folded = _unview(operand, node.shape, nodes, new, 0)
+            if folded is not None and new.nodes:
+                next_id += len(new.nodes)
+                nodes.update({n.id: n for n in new.nodes})
+                graph.equalities.append((node.id, folded))
+                folded_form[node.id] = folded
         nodes[node.id] = node
-        if not _is_view(node, nodes):
-            continue
-        new = _Copies(next_id)
-        folded = _unview(nodes[node.operands[0]], node.shape, nodes, new, 0)
-        if folded is None or not new.nodes:
-            continue
-        next_id += len(new.nodes)
-        del nodes[node.id]
-        nodes.update({n.id: n for n in new.nodes})
-        nodes[node.id] = node  # kept after the new nodes (other passes may still hold it)
-        alias[node.id] = folded
     graph.nodes = nodes
-    graph.outputs = [alias.get(o, o) for o in graph.outputs]
-    graph.equalities = [(alias.get(a, a), alias.get(b, b)) for a, b in graph.equalities]
-    graph.output_shardings = {alias.get(k, k): v for k, v in graph.output_shardings.items()}
 
 
 class _Copies:
     """The ops of a round trip made again at the outer shape, each where its original is in
     the user's code (its location and name), so that a report points at the same lines."""
 
-    def __init__(self, next_id: int) -> None:
+    def __init__(self, next_id: int, folded_form: dict[int, int]) -> None:
         self.next_id = next_id
         self.nodes: list[Node] = []
+        self.folded_form = folded_form
 
     def add(self, like: Node, operands: tuple[int, ...], shape: tuple[int, ...]) -> int:
         attrs = dict(like.attrs)
@@ -68,8 +67,11 @@ class _Copies:
 
 
 def _is_view(node: Node, nodes: dict[int, Node]) -> bool:
-    if node.op in VIEWS:
-        return True
+    return node.op in VIEWS or _reduces_nothing(node, nodes)
+
+
+def _reduces_nothing(node: Node, nodes: dict[int, Node]) -> bool:
+    """A reduction over one dim of one entry: a view that drops that dim."""
     if node.op != "reduce" or len(node.operands) != 1:
         return False
     dims = tuple(node.attrs.get("dims", ()))
@@ -81,6 +83,8 @@ def _unview(
 ) -> int | None:
     """`node` seen at `shape` without a view: the id of a value equal to `reshape(node,
     shape)` built from the leaves, or None when `node` is no round trip."""
+    if _reduces_nothing(node, nodes):  # a view in the middle of the round trip
+        return _unview(nodes[node.operands[0]], shape, nodes, new, depth)
     source = node
     while source.op in VIEWS:
         source = nodes[source.operands[0]]
@@ -92,13 +96,16 @@ def _unview(
         return None
     operands = []
     viewed = False
+    mark = len(new.nodes)
     for o in node.operands:
         operand = nodes[o]
         if _is_scalar_fill(operand, nodes):
             operands.append(new.add(operand, operand.operands, shape))
             continue
+        operand = nodes[new.folded_form.get(o, o)]  # a nested round trip, folded first
         folded = _unview(operand, shape, nodes, new, depth + 1)
         if folded is None:
+            del new.nodes[mark:]  # copies made for the operands before this one
             return None
         viewed = True
         operands.append(folded)

@@ -85,9 +85,14 @@ def test_simulated_like_jax(programs, name, op):
     np.testing.assert_allclose(got, data["want"], rtol=1e-6, atol=1e-6)
 
 
-def test_one_group_bounds_check_needs_no_unit_dim_views(programs):
+def test_one_group_bounds_check_gets_a_form_without_unit_dim_views(programs):
     """JAX views the one-group indices without the group dim and back around its bounds
-    check; folded, the check works on the indices as they are, as with many groups."""
+    check; the folded form, added as an equal value, checks the indices as they are, as
+    with many groups."""
     graph = load_graph(str(programs / "one_group_take_along_fill.hlo"))
-    views = [n for n in graph.nodes.values() if n.op in ("merge", "split")]
-    assert not views, [(n.op, n.shape) for n in views]
+    folded = [
+        (graph.node(a), graph.node(b))
+        for a, b in graph.equalities
+        if graph.node(a).op in ("merge", "split") and graph.node(b).op == "and"
+    ]
+    assert [(view.shape, form.shape) for view, form in folded] == [((1, 8, 2), (1, 8, 2))]
