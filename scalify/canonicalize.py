@@ -13,7 +13,6 @@ from .int_ranges import fold_int_ranges
 from .ir import Graph, Node
 from .one_hot import fold_one_hots
 from .static_indices import fold_static_indices
-from .unit_round_trips import fold_reshape_round_trips
 
 
 def _is_identity(node: Node, operand: Node) -> bool:
@@ -142,8 +141,8 @@ def _drops_leading_unit_dims(source: tuple[int, ...], target: tuple[int, ...]) -
 
 
 def canonicalize(graph: Graph) -> Graph:
-    """Drop identity ops, fold reshape chains, split reshapes into merge/split steps, fold
-    reshape round trips through elementwise ops, and prune what no output uses."""
+    """Drop identity ops, fold reshape chains, split reshapes into merge/split steps, and
+    prune what no output uses."""
     fold_tiled_all_to_all(graph)
     _fold(graph)
     fold_static_indices(graph)
@@ -174,7 +173,6 @@ def canonicalize(graph: Graph) -> Graph:
                 nodes[step.id] = step
             graph.equalities.append((node.id, alternative[-1].id))
     graph.nodes = nodes
-    fold_reshape_round_trips(graph)
     return _prune(graph)
 
 

@@ -27,6 +27,15 @@ VIEWS = ("merge", "split", "reshape")
 DEPTH = 6  # how many elementwise ops deep a round trip is looked for
 
 
+def with_round_trip_forms(graph: Graph) -> Graph:
+    """A copy of `graph` holding the folded forms. Like every form that copies computation,
+    they are derived when a graph is proved, from the graph exactly as it stands: a form
+    made before a change to the graph (a mutant, a cut) would vouch for the old graph."""
+    copy = replace(graph, nodes=dict(graph.nodes), equalities=list(graph.equalities), derived={})
+    fold_reshape_round_trips(copy)
+    return copy
+
+
 def fold_reshape_round_trips(graph: Graph) -> None:
     """For each view (or reduction over a unit dim) whose operand is such a round trip, add
     the elementwise ops applied to the unviewed values as an equal form (graph.equalities).

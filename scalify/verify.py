@@ -46,6 +46,7 @@ from .report.model import EQUIVALENT, NOT_EQUIVALENT, UNKNOWN, OutputResult, Rep
 from .simulate import NotSimulable, simulate
 from .slice_views import with_slice_alternatives
 from .unit_dims import with_unit_alternatives
+from .unit_round_trips import with_round_trip_forms
 
 # Graphs below this size are proved whole; partitioning pays off on deep stacks.
 PARTITION_MIN_NODES = 400
@@ -219,6 +220,12 @@ def _refine(base, dist, mesh, inputs, outputs, definite: bool, limits: Limits):
     return (NOT_EQUIVALENT if definite else UNKNOWN), "", reason
 
 
+def alternative_forms(graph: Graph) -> Graph:
+    """Reshape round trips folded, unit-dim reshapes moved through elementwise ops: equal
+    forms of the graph as it stands, for the e-graph to union with the originals."""
+    return with_unit_alternatives(with_round_trip_forms(graph))
+
+
 def prove(
     base: Graph, dist: Graph, rules_program: str, mesh: Mesh, inputs: list[Relation], limits: Limits
 ):
@@ -231,8 +238,8 @@ def prove(
     commands = vocabulary_facts(mesh, [base, dist])
     commands.append(rules_program)
     base_ids, dist_ids = set(base.nodes), set(dist.nodes)
-    base = with_slice_alternatives(with_unit_alternatives(base), baseline=True)
-    dist = with_slice_alternatives(with_unit_alternatives(dist), baseline=False)
+    base = with_slice_alternatives(alternative_forms(base), baseline=True)
+    dist = with_slice_alternatives(alternative_forms(dist), baseline=False)
     commands += GraphEncoder(base, "b", mesh, signatures).commands()
     commands += GraphEncoder(dist, "d", mesh, signatures).commands()
     commands += signature_facts(signatures)

@@ -14,7 +14,7 @@ from scalify.mesh import Mesh
 from scalify.relations import input_relations
 from scalify.simulate.spmd import distribute, random_input, run_baseline, run_spmd
 from scalify.slice_views import with_slice_alternatives
-from scalify.unit_dims import with_unit_alternatives
+from scalify.verify import alternative_forms
 
 pytest.importorskip("jax")
 
@@ -30,7 +30,7 @@ def fused_llama(request, tmp_path_factory):
 
 
 def derived(graph: Graph, baseline: bool) -> Graph:
-    return with_slice_alternatives(with_unit_alternatives(graph), baseline)
+    return with_slice_alternatives(alternative_forms(graph), baseline)
 
 
 def pairs_agree(graph: Graph, values) -> int:
