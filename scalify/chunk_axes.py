@@ -19,10 +19,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .ir import ELEMENTWISE_BINARY, ELEMENTWISE_UNARY, Graph, Node
+from .ir import ELEMENTWISE, Graph, Node
 from .mesh import Mesh
 
-ELEMENTWISE = ELEMENTWISE_UNARY | ELEMENTWISE_BINARY | {"select", "clamp"}
 CHUNK_AXIS = "chunk"
 
 

@@ -37,6 +37,8 @@ ELEMENTWISE_UNARY = frozenset(
 ELEMENTWISE_BINARY = frozenset(
     {"add", "sub", "mul", "div", "max", "min", "pow", "compare", "and", "or", "xor", "rem", "atan2"}
 )
+# every op that maps its operands element by element (same shapes in, that shape out)
+ELEMENTWISE = ELEMENTWISE_UNARY | ELEMENTWISE_BINARY | {"select", "clamp"}
 COLLECTIVES = frozenset(
     {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute"}
 )

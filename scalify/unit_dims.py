@@ -13,9 +13,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .ir import COLLECTIVES, ELEMENTWISE_BINARY, ELEMENTWISE_UNARY, Graph, Node
+from .ir import COLLECTIVES, ELEMENTWISE, Graph, Node
 
-ELEMENTWISE = ELEMENTWISE_UNARY | ELEMENTWISE_BINARY | {"select", "clamp"}
 DEPTH = 4  # how many ops a unit-dim reshape is moved through
 
 

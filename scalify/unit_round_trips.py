@@ -20,9 +20,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .ir import ELEMENTWISE_BINARY, ELEMENTWISE_UNARY, Graph, Node
+from .ir import ELEMENTWISE, Graph, Node
 
-ELEMENTWISE = ELEMENTWISE_UNARY | ELEMENTWISE_BINARY | {"select", "clamp"}
 VIEWS = ("merge", "split", "reshape")
 DEPTH = 6  # how many elementwise ops deep a round trip is looked for
 

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from scalify.ir import COLLECTIVES, ELEMENTWISE_BINARY, ELEMENTWISE_UNARY, Graph, Node
+from scalify.ir import COLLECTIVES, ELEMENTWISE, Graph, Node
 from scalify.mesh import Mesh
 
-ELEMENTWISE = ELEMENTWISE_UNARY | ELEMENTWISE_BINARY | {"select", "clamp"}
 ORDER_SENSITIVE = {"all_gather", "reduce_scatter", "all_to_all"}
 NOT_PURE = COLLECTIVES | {"rank_index", "opaque"}
 
