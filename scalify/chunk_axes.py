@@ -129,8 +129,7 @@ class _Lifter:
             name = like.name
         operands = tuple(self.alias.get(o, o) for o in operands)
         if _is_identity(op, attrs, shape, operands, self.nodes):
-            if node_id is not None:
-                self.alias[node_id] = operands[0]
+            self.alias[node_id] = operands[0]
             return operands[0]
         fop = like.framework_op if node_id == like.id else op
         self.nodes[node_id] = Node(
@@ -138,18 +137,18 @@ class _Lifter:
         )
         return node_id
 
-    def _scalar(self, like: Node, value: int) -> int:
+    def _scalar(self, value: int) -> int:
         node_id, self.next_id = self.next_id, self.next_id + 1
         self.nodes[node_id] = Node(node_id, "constant", (), (), "s32", {"value": str(value)})
         return node_id
 
-    def _coordinate(self, like: Node) -> int:
+    def _coordinate(self) -> int:
         """This device's chunk: (partition id / 1) % chunks, the chunk axis being the last."""
         if self.coordinate is None:
             rank = self.next_id
             self.next_id += 1
             self.nodes[rank] = Node(rank, "rank_index", (), (), "s32", {"kind": "partition"})
-            one, count = self._scalar(like, 1), self._scalar(like, self.chunks)
+            one, count = self._scalar(1), self._scalar(self.chunks)
             div = self._int_op("div", (rank, one))
             self.coordinate = self._int_op("rem", (div, count))
         return self.coordinate
@@ -192,13 +191,13 @@ class _Lifter:
     def _original_rank(self, node: Node) -> None:
         """The original device id is the new one divided by the number of chunks."""
         rank = self._emit(node, "rank_index", (), (), dict(node.attrs))
-        self._emit(node, "div", (rank, self._scalar(node, self.chunks)), (), {}, node.id)
+        self._emit(node, "div", (rank, self._scalar(self.chunks)), (), {}, node.id)
 
     def _seed(self, node: Node) -> None:
         """x viewed as (chunks, rest) along dim p is, on the device of chunk r, x[r*rest:...]."""
         (x,) = node.operands
         p, rest = node.attrs["dim"], node.shape[node.attrs["dim"] + 1]
-        start = self._int_op("mul", (self._coordinate(node), self._scalar(node, rest)))
+        start = self._int_op("mul", (self._coordinate(), self._scalar(rest)))
         shape = self.graph.node(x).shape
         block = shape[:p] + (rest,) + shape[p + 1 :]
         attrs = {"dim": p, "size": rest, "parts": self.chunks}
@@ -223,7 +222,7 @@ class _Lifter:
             raise _NotLiftable(f"{node.op} meets chunks along a dim of {node.shape[dim]}")
         one = node.shape[:dim] + (1,) + node.shape[dim + 1 :]
         attrs = {"dim": dim, "size": 1, "parts": self.chunks}
-        mine = self._emit(node, "slice_at", (operand, self._coordinate(node)), one, attrs)
+        mine = self._emit(node, "slice_at", (operand, self._coordinate()), one, attrs)
         if len(one) == 1:
             return self._emit(node, "reshape", (mine,), (), {})
         at = dim if dim + 1 < len(one) else dim - 1
