@@ -15,7 +15,8 @@ from .one_hot import fold_one_hots
 from .static_indices import fold_static_indices
 
 
-def _is_identity(node: Node, operand: Node) -> bool:
+def is_identity(node: Node, operand: Node) -> bool:
+    """An op that returns its operand unchanged (same shape, dims, order, dtype)."""
     if node.op in ("reshape", "convert", "copy") and node.shape == operand.shape:
         return node.op != "convert" or node.dtype == operand.dtype
     if node.op == "broadcast":
@@ -283,7 +284,7 @@ def _fold(graph: Graph) -> Graph:
         node.operands = operands
         if operands and _only_adds_unit_dims(node, nodes[operands[0]]):
             node.op, node.attrs = "reshape", {}
-        if len(operands) == 1 and _is_identity(node, nodes[operands[0]]):
+        if len(operands) == 1 and is_identity(node, nodes[operands[0]]):
             alias[node.id] = operands[0]
             return
         if node.op == "reshape" and nodes[operands[0]].op == "reshape":
@@ -302,7 +303,7 @@ def _fold(graph: Graph) -> Graph:
             node.id in nodes
             and node.op == "broadcast"
             and operand is not None
-            and not _is_identity(node, operand)
+            and not is_identity(node, operand)
         ):
             alternative = _squeezed_alternative(node, operand, next_id)
             next_id += len(alternative)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .canonicalize import is_identity
 from .ir import ELEMENTWISE, Graph, Node
 from .mesh import Mesh
 
@@ -35,7 +36,10 @@ class Lifted:
 
     graph: Graph
     mesh: Mesh
-    chunks: int
+
+    @property
+    def chunks(self) -> int:
+        return self.mesh.axis_size(CHUNK_AXIS)
 
 
 def lift_chunk_axis(graph: Graph, mesh: Mesh) -> Lifted | None:
@@ -61,17 +65,6 @@ def _chunk_count(node: Node) -> int:
         return 0
     dim = node.attrs["dim"]
     return node.shape[dim] if node.shape[dim + 1] > 1 else 0
-
-
-def _is_identity(op: str, attrs: dict, shape, operands, nodes: dict[int, Node]) -> bool:
-    """A broadcast onto the same dims and shape or a transpose that keeps the order: what
-    removing the chunk dim can leave of an op that only placed that dim."""
-    if op == "broadcast":
-        same = tuple(attrs["dims"]) == tuple(range(len(shape)))
-        return same and nodes[operands[0]].shape == tuple(shape)
-    if op == "transpose":
-        return tuple(attrs["perm"]) == tuple(range(len(shape)))
-    return False
 
 
 def _without(seq, index: int) -> tuple:
@@ -117,7 +110,7 @@ class _Lifter:
                 if self.chunk_dim.get(a) == self.chunk_dim.get(b)
             ],
         )
-        return Lifted(lifted, self.mesh, self.chunks)
+        return Lifted(lifted, self.mesh)
 
     # ---- building ------------------------------------------------------------------------
 
@@ -128,13 +121,13 @@ class _Lifter:
         else:
             name = like.name
         operands = tuple(self.alias.get(o, o) for o in operands)
-        if _is_identity(op, attrs, shape, operands, self.nodes):
+        fop = like.framework_op if node_id == like.id else op
+        node = Node(node_id, op, operands, tuple(shape), like.dtype, attrs, like.loc, name, fop)
+        if op in ("broadcast", "transpose") and is_identity(node, self.nodes[operands[0]]):
+            # removing the chunk dim can leave nothing of an op that only placed that dim
             self.alias[node_id] = operands[0]
             return operands[0]
-        fop = like.framework_op if node_id == like.id else op
-        self.nodes[node_id] = Node(
-            node_id, op, tuple(operands), tuple(shape), like.dtype, attrs, like.loc, name, fop
-        )
+        self.nodes[node_id] = node
         return node_id
 
     def _scalar(self, value: int) -> int:

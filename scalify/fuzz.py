@@ -257,8 +257,12 @@ def _check_types(op: str, attrs: dict, shapes: list[tuple[int, ...]]) -> None:
         pairs = zip(attrs[batch[0]], attrs[batch[1]], strict=True)
         if any(shapes[0][d] != shapes[1][e] for d, e in pairs):
             raise NotSimulable(f"ill-typed {op}: batching dims of different sizes")
-        if op == "scatter" and shapes[1][:-1] != shapes[2][:-1]:
-            raise NotSimulable("ill-typed scatter: indices and updates of different counts")
+        if op == "scatter":  # each update's position is an index vector's position
+            vector = attrs["index_vector_dim"]
+            counts = [n for e, n in enumerate(shapes[1]) if e != vector]
+            window = attrs["update_window_dims"]
+            if [n for d, n in enumerate(shapes[2]) if d not in window] != counts:
+                raise NotSimulable("ill-typed scatter: indices and updates of different counts")
 
 
 def _collective_shape(node: Node, shape, mesh: Mesh):

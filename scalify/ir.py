@@ -167,6 +167,14 @@ class Graph:
         return [n for n in self.nodes.values() if n.op == "opaque"]
 
 
+def is_scalar_fill(node: Node, node_of: Callable[[int], Node]) -> bool:
+    """A broadcast of a rank-0 literal (`jnp.zeros(shape)`, the `0.5` of `x * 0.5`)."""
+    if node.op != "broadcast" or len(node.operands) != 1:
+        return False
+    operand = node_of(node.operands[0])
+    return operand.op == "constant" and operand.shape == ()
+
+
 def replace_nodes(graph: Graph, rewrite: Callable[[Node, int], list[Node]]) -> None:
     """Replace each node that `rewrite(node, next_id)` gives new nodes for (in graph order,
     operands first) by the last of them, keeping the graph's order topological."""

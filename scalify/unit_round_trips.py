@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .ir import ELEMENTWISE, Graph, Node
+from .ir import ELEMENTWISE, Graph, Node, is_scalar_fill
 
 VIEWS = ("merge", "split", "reshape")
 DEPTH = 6  # how many elementwise ops deep a round trip is looked for
@@ -107,7 +107,7 @@ def _unview(
     mark = len(new.nodes)
     for o in node.operands:
         operand = nodes[o]
-        if _is_scalar_fill(operand, nodes):
+        if is_scalar_fill(operand, nodes.__getitem__):
             operands.append(new.add(operand, operand.operands, shape))
             continue
         operand = nodes[new.folded_form.get(o, o)]  # a nested round trip, folded first
@@ -120,10 +120,3 @@ def _unview(
     if not viewed:
         return None
     return new.add(node, tuple(operands), shape)
-
-
-def _is_scalar_fill(node: Node, nodes: dict[int, Node]) -> bool:
-    if node.op != "broadcast" or tuple(node.attrs.get("dims", ())) != ():
-        return False
-    operand = nodes[node.operands[0]]
-    return operand.op == "constant" and operand.shape == ()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from conftest import MLP
 
 BASE = str(MLP / "hlo" / "baseline.hlo")
@@ -79,26 +80,48 @@ def test_jobs_must_be_at_least_one(cli):
     assert "at least 1" in result.err
 
 
-def test_gather_with_an_index_vector_dim_outside_the_indices(cli, tmp_path):
-    bad = tmp_path / "gather.hlo"
-    bad.write_text(
-        "HloModule m\nENTRY main {\n  t = f32[16,4] parameter(0)\n  i = s32[] parameter(1)\n"
-        "  ROOT g = f32[4] gather(t, i), offset_dims={0}, collapsed_slice_dims={0}, "
-        "start_index_map={0}, index_vector_dim=3, slice_sizes={1,4}\n}\n"
-    )
-    result = cli("verify", str(bad), str(bad), "--mesh", "tp=1")
-    assert_clean_error(result, "gather.hlo:5:", "index_vector_dim=3", "expected 0..0")
+# Malformed indexing ops: (file name, HLO body after the parameters, its line, the words
+# the error must hold). Every module has an `add` combiner (lines 2-5) and parameters
+# t, i and u of the shapes the body's comment gives.
+_INDEXING = (
+    "HloModule m\nadd {{\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
+    "  ROOT c = f32[] add(a, b)\n}}\nENTRY main {{\n  t = f32[{t}] parameter(0)\n"
+    "  i = s32[{i}] parameter(1)\n  u = f32[{u}] parameter(2)\n  ROOT r = {root}\n}}\n"
+)
+BAD_INDEXING = {
+    "gather_index_vector_dim_outside": (
+        ("16,4", "", "4"),
+        "f32[4] gather(t, i), offset_dims={0}, collapsed_slice_dims={0}, start_index_map={0}, "
+        "index_vector_dim=3, slice_sizes={1,4}",
+        ("index_vector_dim=3", "expected 0..0"),
+    ),
+    "scatter_index_vector_dim_outside": (
+        ("6,5", "3,1", "3,5"),
+        "f32[6,5] scatter(t, i, u), update_window_dims={1}, inserted_window_dims={0}, "
+        "scatter_dims_to_operand_dims={0}, index_vector_dim=4, to_apply=add",
+        ("index_vector_dim=4", "expected 0..2"),
+    ),
+    "gather_unpaired_batching_dims": (
+        ("2,6,5", "2,3,1", "1"),
+        "f32[2,3,5] gather(t, i), offset_dims={2}, collapsed_slice_dims={1}, "
+        "start_index_map={1}, operand_batching_dims={0}, index_vector_dim=2, "
+        "slice_sizes={1,1,5}",
+        ("1 operand batching dims but 0 indices",),
+    ),
+    "scatter_batching_dim_outside_the_operand": (
+        ("2,6,5", "2,3,1", "2,3,5"),
+        "f32[2,6,5] scatter(t, i, u), update_window_dims={2}, inserted_window_dims={1}, "
+        "scatter_dims_to_operand_dims={1}, input_batching_dims={3}, "
+        "scatter_indices_batching_dims={0}, index_vector_dim=2, to_apply=add",
+        ("operand batching dims [3]", "expected 0..2"),
+    ),
+}
 
 
-def test_scatter_with_an_index_vector_dim_outside_the_indices(cli, tmp_path):
-    bad = tmp_path / "scatter.hlo"
-    bad.write_text(
-        "HloModule m\nadd {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
-        "  ROOT c = f32[] add(a, b)\n}\nENTRY main {\n  t = f32[6,5] parameter(0)\n"
-        "  i = s32[3,1] parameter(1)\n  u = f32[3,5] parameter(2)\n"
-        "  ROOT s = f32[6,5] scatter(t, i, u), update_window_dims={1}, "
-        "inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=4, "
-        "to_apply=add\n}\n"
-    )
+@pytest.mark.parametrize("name", sorted(BAD_INDEXING))
+def test_malformed_gather_or_scatter_is_a_clear_error_at_its_line(cli, tmp_path, name):
+    (t, i, u), root, words = BAD_INDEXING[name]
+    bad = tmp_path / "indexing.hlo"
+    bad.write_text(_INDEXING.format(t=t, i=i, u=u, root=root))
     result = cli("verify", str(bad), str(bad), "--mesh", "tp=1")
-    assert_clean_error(result, "scatter.hlo:11:", "index_vector_dim=4", "expected 0..2")
+    assert_clean_error(result, "indexing.hlo:11:", *words)

@@ -113,6 +113,13 @@ def test_chunked_reduction_verifies(programs, base, dist):
     assert any(f"axis '{CHUNK_AXIS}' of size 4" in note for note in report["notes"])
 
 
+def test_a_graph_proved_as_written_is_not_lifted(programs):
+    """The same chunking on both sides matches op for op: no chunk axis is needed."""
+    code, report = verify_json(programs / "chunked_sum.hlo", programs / "chunked_sum.hlo")
+    assert (code, report["verdict"]) == (0, "equivalent")
+    assert not any(CHUNK_AXIS in note for note in report["notes"])
+
+
 def test_chunks_combined_with_the_wrong_reduction_are_not_proved(programs):
     code, report = verify_json(programs / "whole_sum.hlo", programs / "chunked_sum_via_max.hlo")
     assert code == 1 and report["verdict"] == "not_equivalent"

@@ -41,6 +41,11 @@ PROGRAMS = textwrap.dedent(
     programs = {
         "scatter": (jax.vmap(dispatch),
                     [rng.normal(size=(2, T, H)), ints((2, T, K), E), ints((2, T, K), C + 1)]),
+        "scatter_set": (  # the update replaces the entry (a combiner returning it)
+            lambda b, i, u: b.at[i].set(u, mode="drop"),
+            [rng.normal(size=(6, 5)), rng.permutation(6)[:3].astype(np.int32),
+             rng.normal(size=(3, 5))],
+        ),
         "gather": (jax.vmap(combine),
                    [rng.normal(size=(2, E, C, H)), ints((2, T, K), E), ints((2, T, K), C + 1)]),
         "one_group_take_along": (lambda p, i: jnp.take_along_axis(p, i, axis=2, mode="clip"),
@@ -71,6 +76,7 @@ def programs(tmp_path_factory):
     ("name", "op"),
     [
         ("scatter", "scatter"),
+        ("scatter_set", "scatter"),
         ("gather", "gather"),
         ("one_group_take_along", "take_along"),
         ("one_group_take_along_fill", "take_along"),
@@ -97,3 +103,9 @@ def test_one_group_bounds_check_gets_a_form_without_unit_dim_views(programs):
         if graph.node(a).op in ("merge", "split") and graph.node(b).op == "and"
     ]
     assert [(view.shape, form.shape) for view, form in folded] == [((1, 8, 2), (1, 8, 2))]
+
+
+def test_a_scatter_that_sets_entries_replaces_them(programs):
+    graph = load_graph(str(programs / "scatter_set.hlo"))
+    (scatter,) = [n for n in graph.nodes.values() if n.op == "scatter"]
+    assert scatter.attrs["op"] == "replace"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from scalify.frontends import parse_graph_text
 
 
@@ -43,27 +45,24 @@ def test_arithmetic_that_wraps_around_is_not_folded():
     assert out.op == "add"  # 300 does not fit in u8: left to the simulator's wrap-around
 
 
-def test_nested_constant_factors_of_an_offset_are_joined():
-    """`rank * 2 * 8` reads as `rank * 16`, the one-factor offset the slice rules match."""
+@pytest.mark.parametrize(
+    ("dtype", "a", "b", "joined"),
+    [("s32", 2, 8, "16"), ("s8", 16, 16, None)],  # 256 is no s8: left apart
+    ids=["joined", "product_does_not_fit"],
+)
+def test_nested_constant_factors_of_an_offset(dtype, a, b, joined):
+    """`rank * 2 * 8` reads as `rank * 16`, the one-factor offset the slice rules match,
+    when the product fits the dtype."""
     graph = fold(
-        """  r = s32[] parameter(0)
-  two = s32[] constant(2)
-  eight = s32[] constant(8)
-  r2 = s32[] multiply(r, two)
-  ROOT o = s32[] multiply(r2, eight)"""
+        f"""  r = {dtype}[] parameter(0)
+  a = {dtype}[] constant({a})
+  b = {dtype}[] constant({b})
+  ra = {dtype}[] multiply(r, a)
+  ROOT o = {dtype}[] multiply(ra, b)"""
     )
     (out,) = [graph.node(o) for o in graph.outputs]
-    assert out.op == "mul" and graph.node(out.operands[0]).op == "parameter"
-    assert graph.node(out.operands[1]).attrs["value"] == "16"
-
-
-def test_factors_whose_product_does_not_fit_are_left_apart():
-    graph = fold(
-        """  r = s8[] parameter(0)
-  a = s8[] constant(16)
-  b = s8[] constant(16)
-  ra = s8[] multiply(r, a)
-  ROOT o = s8[] multiply(ra, b)"""
-    )
-    (out,) = [graph.node(o) for o in graph.outputs]
-    assert graph.node(out.operands[0]).op == "mul"  # 256 is no s8
+    inner, factor = (graph.node(o) for o in out.operands)
+    if joined:
+        assert out.op == "mul" and inner.op == "parameter" and factor.attrs["value"] == joined
+    else:
+        assert inner.op == "mul"

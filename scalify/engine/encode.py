@@ -6,7 +6,7 @@ grows linearly with the graph. Names: `$b12` is baseline node 12, `$d7` distribu
 
 from __future__ import annotations
 
-from scalify.ir import Graph, Node
+from scalify.ir import Graph, Node, is_scalar_fill
 from scalify.layout import Layout
 from scalify.mesh import Mesh
 
@@ -16,13 +16,6 @@ from .signature import ELEMENTWISE, NOT_PURE, Signature, node_signature
 def egg_string(text: str) -> str:
     """A string literal egglog accepts; keys are only compared, so mapping quotes is safe."""
     return '"' + text.replace("\\", "/").replace('"', "'") + '"'
-
-
-def _is_scalar_fill(node: Node, graph: Graph) -> bool:
-    if node.op != "broadcast" or len(node.operands) != 1:
-        return False
-    operand = graph.node(node.operands[0])
-    return operand.op == "constant" and operand.shape == ()
 
 
 def shape_free_nodes(graph: Graph) -> set[int]:
@@ -134,7 +127,7 @@ class GraphEncoder:
             )
             return f"(Const {egg_string(str(value))} {egg_string(node.dtype)} {egg_string(shape)})"
         shape_free = node.id in self.shape_free
-        if shape_free and _is_scalar_fill(node, self.graph):
+        if shape_free and is_scalar_fill(node, self.graph.node):
             literal = self.graph.node(node.operands[0]).attrs.get("value", "?")
             return f"(Splat {egg_string(str(literal))} {egg_string(node.dtype)})"
         arity = len(node.operands)

@@ -736,6 +736,26 @@ def _unit_windows_as_batch(
     return f, tuple(index_shape)
 
 
+def _check_batching(
+    operand_dims: tuple[int, ...], index_dims: tuple[int, ...], operand_rank: int, index_rank: int
+) -> None:
+    """Batching dims come in pairs, each a dim of the operand and of the indices."""
+    if len(operand_dims) != len(index_dims):
+        raise ValueError(
+            f"{len(operand_dims)} operand batching dims but {len(index_dims)} indices batching "
+            "dims (expected one of each per pair)"
+        )
+    for dims, rank, what in (
+        (operand_dims, operand_rank, "operand"),
+        (index_dims, index_rank, "indices"),
+    ):
+        if any(not 0 <= d < rank for d in dims):
+            raise ValueError(
+                f"{what} batching dims {list(dims)} are not dims of the {rank}-dim {what} "
+                f"(expected 0..{rank - 1})"
+            )
+
+
 def _gather_form(
     f: dict[str, tuple[int, ...]],
     table: tuple[int, ...],
@@ -1496,6 +1516,12 @@ class _Lowering:
         table, index = (self.nodes[v] for v in vals)
         fields = {key: _ints(self.attr(ins, key) or "") for key in _GATHER_FIELDS}
         fields["index_vector_dim"] = (_vector_dim(fields["index_vector_dim"], index.shape),)
+        _check_batching(
+            fields["operand_batching_dims"],
+            fields["start_indices_batching_dims"],
+            len(table.shape),
+            len(index.shape),
+        )
         form = _gather_form(fields, table.shape, index.shape, shape.dims)
         index_shape = index.shape
         if form is None:  # as a gather vmapped over the unit dims: the form the others have
@@ -1533,8 +1559,13 @@ class _Lowering:
         if op is None:
             return self.opaque(ins, vals, loc, fop)
         attrs: dict[str, Any] = {key: _ints(self.attr(ins, key) or "") for key in _SCATTER_FIELDS}
-        attrs["index_vector_dim"] = _vector_dim(
-            attrs["index_vector_dim"], self.nodes[vals[1]].shape
+        operand, index = (self.nodes[v].shape for v in vals[:2])
+        attrs["index_vector_dim"] = _vector_dim(attrs["index_vector_dim"], index)
+        _check_batching(
+            attrs["input_batching_dims"],
+            attrs["scatter_indices_batching_dims"],
+            len(operand),
+            len(index),
         )
         attrs["op"] = op
         return self.new("scatter", tuple(vals), shape, attrs, ins, loc, fop)
