@@ -81,11 +81,13 @@ CANONICAL_OPS = (
 
 @dataclass(frozen=True)
 class SourceLoc:
-    """Where a node came from in the user's code."""
+    """Where a node came from: the model code's line, and when that line is inside an
+    installed library, the user's line that called into it (`call_site`)."""
 
     file: str
     line: int
     function: str = ""
+    call_site: SourceLoc | None = field(default=None, compare=False)
 
     def __str__(self) -> str:
         where = f"{self.file}:{self.line}"

@@ -437,6 +437,7 @@ def _suspect(node, reason: str, operands: list[str]) -> Suspect:
         reason=reason,
         operands=operands,
         framework_op=node.framework_op,
+        called_from=str(loc.call_site) if loc and loc.call_site else "",
     )
 
 

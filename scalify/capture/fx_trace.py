@@ -60,13 +60,25 @@ def _local(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.to_local() if hasattr(tensor, "to_local") else tensor
 
 
-def trace(fn: Callable[..., Any], example_inputs: Sequence[Any]) -> torch.fx.GraphModule:
+def trace(
+    fn: Callable[..., Any], example_inputs: Sequence[Any], *, across_devices: bool = False
+) -> torch.fx.GraphModule:
     """`fn(*example_inputs)` traced with `make_fx` (stack traces kept), weights as named
-    parameters, placeholders named after `fn`'s arguments."""
+    parameters, placeholders named after `fn`'s arguments. `across_devices`: the program is
+    one rank's of a DTensor job; numbers it computed from the rank become expressions over
+    the device's coordinates (device_probe.py)."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
+    from .device_probe import trace_on_devices
+
     inputs = tuple(example_inputs)
-    gm = make_fx(fn, record_stack_traces=True)(*inputs)
+
+    def make() -> torch.fx.GraphModule:
+        return make_fx(fn, record_stack_traces=True)(*inputs)
+
+    gm = make()
+    if across_devices:
+        gm = trace_on_devices(make, gm)
     names: dict[int, str] = {}
     if isinstance(fn, nn.Module):
         for name, tensor in [*fn.named_parameters(), *fn.named_buffers()]:

@@ -52,14 +52,17 @@ import math
 import operator
 import os
 import re
-import sysconfig
 import zipfile
 from pathlib import Path
 from typing import Any
 
 from scalify.errors import ScalifyError
+from scalify.frames import pick_location
 from scalify.frontends.common import prune_and_renumber
 from scalify.ir import Graph, Node, SourceLoc
+
+# the namespace of the ops that name device-dependent values (scalify/capture/device_ops.py)
+DEVICE_NAMESPACE = "scalify"
 
 __all__ = ["GROUPS_FILE", "graph_from_fx", "load_fx", "save_exported"]
 
@@ -140,6 +143,17 @@ _RESHAPES = frozenset(
     }
 )
 # Ops with a tuple of outputs: each `op_NAME` returns one value per output.
+# Fused attention: SDPA and the kernels it dispatches to, read as their math (`attention`).
+_ATTENTION = frozenset(
+    {
+        "scaled_dot_product_attention",
+        "_scaled_dot_product_flash_attention_for_cpu",
+        "_scaled_dot_product_flash_attention",
+        "_scaled_dot_product_efficient_attention",
+        "_scaled_dot_product_cudnn_attention",
+        "_scaled_dot_product_attention_math",
+    }
+)
 _MULTI_OUTPUT = frozenset({"split", "split_with_sizes", "chunk", "unbind", "native_layer_norm"})
 _CONVERTS = frozenset({"_to_copy", "to", "type_as", "_to_dtype", "to_dtype"})
 _COLLECTIVE_NAMESPACES = frozenset(
@@ -164,48 +178,18 @@ _REDUCE_OPS = {"sum": "sum", "max": "max", "min": "min", "product": "prod", "pro
 # literal); larger ones become parameters.
 _MAX_LITERAL = 1024
 
-_LIBRARY_MARKERS = ("site-packages", "dist-packages", "/torch/", "/torch_xla/", "/jax/")
 _FRAME_RE = re.compile(r'File "([^"]+)", line (\d+), in ([^\n]+)')
 
 
-def _stdlib_dirs() -> tuple[str, ...]:
-    dirs = {sysconfig.get_paths().get(k, "") for k in ("stdlib", "platstdlib")}
-    return tuple(os.path.abspath(d) + os.sep for d in dirs if d)
-
-
-_STDLIB = _stdlib_dirs()
-
-
-def _is_library(file: str) -> bool:
-    if file.startswith("<"):
-        return True  # <eval_with_key>, <string>: generated code
-    probe = "/" + file.replace("\\", "/")
-    if any(marker in probe for marker in _LIBRARY_MARKERS):
-        return True
-    return os.path.isabs(file) and os.path.abspath(file).startswith(_STDLIB)
-
-
-def _display_path(file: str, cwd: str) -> str:
-    """A path relative to `cwd` when the file is inside it, else as written."""
-    if not os.path.isabs(file):
-        return file
-    absolute = os.path.abspath(file)
-    if absolute == cwd or absolute.startswith(cwd.rstrip(os.sep) + os.sep):
-        return os.path.relpath(absolute, cwd).replace(os.sep, "/")
-    return file
-
-
 def source_loc(stack_trace: str | None, cwd: str | None = None) -> SourceLoc | None:
-    """The innermost frame of an FX `stack_trace` that is user code (else the innermost)."""
+    """The model-code frame of an FX `stack_trace` (see `scalify.frames.pick_location`)."""
     if not stack_trace:
         return None
-    frames = _FRAME_RE.findall(stack_trace)
-    if not frames:
-        return None
-    cwd = cwd or os.getcwd()
-    chosen = next((f for f in reversed(frames) if not _is_library(f[0])), frames[-1])
-    file, line, function = chosen
-    return SourceLoc(_display_path(file, cwd), int(line), function.strip())
+    frames = [
+        SourceLoc(file, int(line), function.strip())
+        for file, line, function in reversed(_FRAME_RE.findall(stack_trace))
+    ]
+    return pick_location(frames, cwd)
 
 
 # --------------------------------------------------------------------------------------------
@@ -578,6 +562,8 @@ class _Lowering:
             raise _Unsupported("getitem of a non-tuple")
         if namespace in _COLLECTIVE_NAMESPACES:
             return self.collective(fx_node, name)
+        if namespace == DEVICE_NAMESPACE:
+            return self.device_op(fx_node, name)
         if namespace != "aten":
             raise _Unsupported(namespace)
         if name in _IDENTITY:
@@ -591,6 +577,8 @@ class _Lowering:
             name = name[:-1]  # `add_` on a fresh tensor nobody reads again: plain `add`
         if name in ("max", "min") and overload == "other":
             name = "maximum" if name == "max" else "minimum"
+        if name in _ATTENTION:
+            return self.attention(fx_node, None, None)
         if name in _MULTI_OUTPUT:
             return getattr(self, f"op_{name}")(fx_node, None, None)
         shape, dtype = self.out_type(fx_node)
@@ -964,6 +952,41 @@ class _Lowering:
         b = self.operand(fx_node.args[2], dtype, shape)
         return self.new("select", (cond, a, b), shape, dtype, final=True)
 
+    def op_index_put(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
+        """`x[mask] = v` (`accumulate`: `x[mask] += v`) with one boolean mask over x's
+        leading dims and a value that broadcasts to x: a `select` (DTensor's vocab-parallel
+        embedding masks its indices and its rows so). Integer indices (a scatter) and a
+        value per selected element (whose shape depends on the data) stay opaque."""
+        args, kwargs = fx_node.args, fx_node.kwargs
+        x, indices = self.tensor(args[0]), args[1]
+        accumulate = args[3] if len(args) > 3 else kwargs.get("accumulate", False)
+        if not isinstance(indices, (list, tuple)) or len(indices) != 1:
+            raise _Unsupported("index_put with more than one index")
+        mask = self.tensor(indices[0])
+        mask_shape = self.shape(mask)
+        if self.dtype(mask) != "pred" or shape[: len(mask_shape)] != mask_shape:
+            raise _Unsupported("index_put with integer indices or a mask not over leading dims")
+        value = self.value(args[2])
+        if isinstance(value, int) and not isinstance(value, bool) and self.is_node(args[2]):
+            if len(self.shape(value)) > len(shape) - len(mask_shape):
+                raise _Unsupported("index_put with one value per selected element")
+        fill = self.operand(args[2], dtype, shape)
+        if accumulate:
+            fill = self.new("add", (x, fill), shape, dtype)
+        where = self.new(
+            "broadcast", (mask,), shape, "pred", {"dims": tuple(range(len(mask_shape)))}
+        )
+        if mask_shape == shape:
+            where = mask
+        return self.new("select", (where, fill, x), shape, dtype, final=True)
+
+    def op_masked_fill(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
+        """`x.masked_fill(mask, v)`: the mask broadcasts like any operand."""
+        x = self.tensor(fx_node.args[0])
+        where = self.operand(fx_node.args[1], "pred", shape)
+        fill = self.operand(fx_node.args[2], dtype, shape)
+        return self.new("select", (where, fill, x), shape, dtype, final=True)
+
     def op_clamp(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
         args, kwargs = fx_node.args, fx_node.kwargs
         x = self.operand(args[0], dtype, shape)
@@ -1153,8 +1176,125 @@ class _Lowering:
 
     op__log_softmax = op_log_softmax
 
+    def attention(self, fx_node: Any, shape: Any, dtype: Any) -> Any:
+        """Fused attention (SDPA and the kernels it dispatches to) as its math:
+        softmax(q @ k^T * scale + mask) @ v over the last two dims, batch and head dims
+        leading, in the dtype of q. Key/value heads fewer than query heads (GQA) are each
+        repeated for their group of query heads, as `enable_gqa` and `repeat_kv` do; a
+        causal mask keeps key j <= query i; a boolean mask keeps where true, a float mask is
+        added. Results: (output, log-sum-exp, ...) for the kernels, the output for SDPA."""
+        args, kwargs = fx_node.args, fx_node.kwargs
+        names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale")
+        if _op_name(fx_node.target)[1] != "scaled_dot_product_attention":
+            names = ("query", "key", "value", "dropout_p", "is_causal")
+        given = {**dict(zip(names, args, strict=False)), **kwargs}
+        if given.get("dropout_p", 0.0) not in (0, 0.0):
+            raise _Unsupported("attention with dropout")
+        q, k, v = (self.tensor(given[n]) for n in ("query", "key", "value"))
+        metas = self.out_meta(fx_node)
+        out_meta = metas[0] if isinstance(metas, (list, tuple)) else metas
+        dtype = _dtype_of(out_meta.dtype)
+        qs, ks, vs = self.shape(q), self.shape(k), self.shape(v)
+        if len(qs) != len(ks) or len(qs) < 3 or qs[:-3] != ks[:-3]:
+            raise _Unsupported("attention operands of other batch shapes")
+        lead = len(qs) - 3  # dims before (heads, sequence, features)
+        if ks[-3] != qs[-3]:
+            k, v = self.repeat_heads(k, qs[-3]), self.repeat_heads(v, qs[-3])
+        batch = tuple(range(lead + 1))
+        rank = len(qs)
+        scores_shape = (*qs[:-1], ks[-2])
+        scores = self.dot(q, k, (rank - 1,), (rank - 1,), scores_shape, dtype, batch, batch, False)
+        scale = given.get("scale")
+        scale = 1.0 / math.sqrt(qs[-1]) if scale is None else float(scale)
+        scores = self.new(
+            "mul", (scores, self.fill(scale, scores_shape, dtype)), scores_shape, dtype
+        )
+        mask = given.get("attn_mask")
+        if given.get("is_causal"):
+            scores = self.masked_scores(scores, self.causal_mask(qs[-2], ks[-2]), dtype)
+        if mask is not None:
+            mask_id = self.tensor(mask)
+            if self.dtype(mask_id) == "pred":
+                scores = self.masked_scores(scores, mask_id, dtype)
+            else:
+                bias = self.broadcast_to(self.convert(mask_id, dtype), scores_shape)
+                scores = self.new("add", (scores, bias), scores_shape, dtype)
+        probs, lse = self.softmax_with_lse(scores, dtype)
+        out_shape = (*qs[:-1], vs[-1])
+        out = self.dot(probs, v, (rank - 1,), (rank - 2,), out_shape, dtype, batch, batch)
+        self.nodes[out].name = fx_node.name
+        if not isinstance(metas, (list, tuple)):
+            return out
+        rest = [None] * (len(metas) - 2)
+        return (out, lse, *rest)
+
+    def repeat_heads(self, x: int, heads: int) -> int:
+        """Each of x's heads (dim -3) repeated for `heads / its heads` query heads in a row."""
+        shape, dtype = self.shape(x), self.dtype(x)
+        kv = shape[-3]
+        if heads % kv:
+            raise _Unsupported(f"{heads} query heads over {kv} key/value heads")
+        lead = len(shape) - 3
+        grown = (*shape[: lead + 1], heads // kv, *shape[-2:])
+        dims = (*range(lead + 1), lead + 2, lead + 3)
+        spread = self.new("broadcast", (x,), grown, dtype, {"dims": dims})
+        return self.new("reshape", (spread,), (*shape[:lead], heads, *shape[-2:]), dtype)
+
+    def causal_mask(self, queries: int, keys: int) -> int:
+        """[queries, keys]: key j is seen by query i when j <= i (torch's top-left causal)."""
+        rows = self.new("iota", (), (queries, keys), "s64", {"dim": 0})
+        cols = self.new("iota", (), (queries, keys), "s64", {"dim": 1})
+        return self.new("compare", (rows, cols), (queries, keys), "pred", {"direction": "GE"})
+
+    def masked_scores(self, scores: int, mask: int, dtype: str) -> int:
+        shape = self.shape(scores)
+        keep = self.broadcast_to(mask, shape)
+        hidden = self.fill(float("-inf"), shape, dtype)
+        return self.new("select", (keep, scores, hidden), shape, dtype)
+
+    def softmax_with_lse(self, x: int, dtype: str) -> tuple[int, int]:
+        """(softmax of x over its last dim, its log-sum-exp)."""
+        shape = self.shape(x)
+        rank = len(shape)
+        rest = tuple(range(rank - 1))
+        reduced = shape[:-1]
+        peak = self.new("reduce", (x,), reduced, dtype, {"dims": (rank - 1,), "op": "max"})
+        spread = self.new("broadcast", (peak,), shape, dtype, {"dims": rest})
+        e = self.new("exp", (self.new("sub", (x, spread), shape, dtype),), shape, dtype)
+        total = self.new("reduce", (e,), reduced, dtype, {"dims": (rank - 1,), "op": "sum"})
+        denominator = self.new("broadcast", (total,), shape, dtype, {"dims": rest})
+        probs = self.new("div", (e, denominator), shape, dtype)
+        lse = self.new("add", (peak, self.new("log", (total,), reduced, dtype)), reduced, dtype)
+        return probs, lse
+
     def op_embedding(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
-        raise _Unsupported("embedding (a gather: no semantics yet)")
+        """`weight[indices]`: whole rows of the table, the index dims first (`take` along
+        dim 0, as XLA's gather for `jnp.take` reads). `padding_idx` only changes gradients."""
+        weight, indices = self.tensor(fx_node.args[0]), self.tensor(fx_node.args[1])
+        return self.new("take", (weight, indices), shape, dtype, {"dim": 0}, final=True)
+
+    # ---- values that depend on the device (scalify/capture/device_ops.py)
+
+    def device_op(self, fx_node: Any, name: str) -> int:
+        args = fx_node.args
+        if name == "device_coordinate":  # (partition id / stride) % size, as XLA writes it
+            size, stride = int(args[0]), int(args[1])
+            pid = self.new("rank_index", (), (), "u32", {"kind": "partition"})
+            quotient = self.new("div", (pid, self.constant(stride, "u32")), (), "u32")
+            coord = self.new("rem", (quotient, self.constant(size, "u32")), (), "u32")
+            return self.new("convert", (coord,), (), "s64", {"dtype": "s64"}, final=True)
+        if name == "chunk_at":  # x.chunk(chunks, dim)[index]: a slice at index * size
+            x, index = self.tensor(args[0]), self.tensor(args[3])
+            dim, chunks = int(args[1]), int(args[2])
+            shape, dtype = self.out_type(fx_node)
+            size = shape[dim]
+            start = index
+            if size != 1:
+                step = self.constant(size, self.dtype(index))
+                start = self.new("mul", (index, step), (), self.dtype(index))
+            attrs = {"dim": dim, "size": size, "parts": chunks}
+            return self.new("slice_at", (x, start), shape, dtype, attrs, final=True)
+        raise _Unsupported(f"{DEVICE_NAMESPACE}.{name}")
 
     # ---- collectives
 

@@ -22,6 +22,7 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
 from lark.lexer import PatternStr
 
 from scalify.errors import ScalifyError, line_of
+from scalify.frames import pick_location
 from scalify.frontends.common import prune_and_renumber
 from scalify.grammar import grammar_path
 from scalify.ir import Graph, Node, SourceLoc, TileSharding
@@ -956,17 +957,11 @@ _COLLECTIVES = {
     "collective-permute": "collective_permute",
     "collective-permute-start": "collective_permute",
 }
-_LIBRARY_MARKERS = ("site-packages", "dist-packages", "/jax/", "/jaxlib/", "/torch/", "/torch_xla/")
 _PLAIN_NAME_RE = re.compile(r"[A-Za-z_]\w*")
 _NAME_SUFFIX_RE = re.compile(r"\.\d+$")
 
 # A lowered value: a node id, or a tuple of values for tuple-shaped instructions.
 _Value = Any
-
-
-def _is_library(path: str) -> bool:
-    probe = "/" + path.replace("\\", "/")
-    return any(marker in probe for marker in _LIBRARY_MARKERS)
 
 
 def _tiles(global_dims: tuple[int, ...], local_dims: tuple[int, ...]) -> tuple[int, ...]:
@@ -1071,7 +1066,7 @@ class _Lowering:
             if loc is not None:
                 chain.append(loc)
             current = parent - 1
-        result = next((c for c in chain if not _is_library(c.file)), chain[0] if chain else None)
+        result = pick_location(chain)
         self.frame_cache[frame_id] = result
         return result
 

@@ -48,6 +48,8 @@ class Suspect:
     neighbourhood: Neighbourhood | None = None
     # for a suspect no rule explains: the rules whose pattern has this op at the top
     nearest_rules: list[str] = field(default_factory=list)
+    # when the line is inside a library's model code: the user's line that called into it
+    called_from: str = ""
 
 
 @dataclass

@@ -24,6 +24,8 @@ def render_text(report: Report) -> str:
             where = f"{s.file}:{s.line}" if s.file else "(no source location)"
             func = f" in {s.function}" if s.function else ""
             lines.append(f"  {i}. {where}{func}: {s.op} `{s.node}`")
+            if s.called_from:
+                lines.append(f"     called from {s.called_from}")
             lines.append(f"     {s.reason}")
             for operand in s.operands:
                 lines.append(f"     operand {operand}")

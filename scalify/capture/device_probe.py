@@ -1,0 +1,341 @@
+"""Trace a DTensor program on more than one device and name what depends on the device.
+
+`make_fx` records one rank's program, with every number the host computed from the rank
+baked in: DTensor's vocab-parallel embedding compares token ids with `r * rows` and
+`(r + 1) * rows`, a `Replicate -> Shard` redistribute keeps `chunk(x)[r]`. Read as rank 0's
+numbers, every device would compare with `0` and keep chunk 0, which is not the program the
+devices run (a correct model is then reported wrong, and a program that misbehaves only on
+other ranks could be proved).
+
+So the program is traced again as other devices (every live `DeviceMesh` told its coordinates
+for that global rank): the device one step along each mesh axis, and the last device. The
+graphs must be the same but for numbers; each number that differs must be affine in the
+coordinates (`v0 + sum_k slope_k * coord_k`, checked at the last device), and it is replaced
+by that expression over `scalify::device_coordinate` ops (device_ops.py). A difference in
+structure, shapes or tensor constants, or a number Scalify cannot put a value in place of, is
+a `ScalifyError` naming the op: never a silent guess.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import operator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+
+from scalify.errors import ScalifyError
+
+from . import device_ops
+
+Probe = tuple[int, ...]  # a device's coordinates on the root mesh
+
+
+def live_meshes() -> list[Any]:
+    """Every `DeviceMesh` alive in this process (a plan's submeshes included)."""
+    from torch.distributed.device_mesh import DeviceMesh
+
+    # the type's MRO, not isinstance: isinstance on every live object wakes deprecation hooks
+    return [o for o in gc.get_objects() if DeviceMesh in type(o).__mro__]
+
+
+def root_mesh(meshes: list[Any]) -> Any | None:
+    """The mesh over every device, ranks in row-major order; None when there is none."""
+    whole = [m for m in meshes if m.mesh.numel() == max(m.mesh.numel() for m in meshes)]
+    root = max(whole, key=lambda m: m.mesh.ndim, default=None)
+    if root is None or root.mesh.numel() < 2:
+        return None
+    if root.mesh.flatten().tolist() != list(range(root.mesh.numel())):
+        raise ScalifyError(
+            f"the device mesh {root.mesh.tolist()} does not number devices in row-major order; "
+            "Scalify reads a mesh of global ranks 0..N-1 in order"
+        )
+    return root
+
+
+@contextmanager
+def as_device(meshes: list[Any], rank: int) -> Iterator[None]:
+    """Every mesh in `meshes` believes this process is global rank `rank`."""
+    saved = [m._coordinate_on_dim for m in meshes]
+    try:
+        for m in meshes:
+            found = (m.mesh == rank).nonzero()
+            m._coordinate_on_dim = tuple(found[0].tolist()) if len(found) else None
+        yield
+    finally:
+        for m, coordinate in zip(meshes, saved, strict=True):
+            m._coordinate_on_dim = coordinate
+
+
+def _strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(math.prod(shape[k + 1 :]) for k in range(len(shape)))
+
+
+def probe_ranks(shape: tuple[int, ...]) -> dict[int, Probe]:
+    """Global rank -> coordinates: one step along each axis of more than one device, and the
+    last device (which checks that what changed is affine)."""
+    strides = _strides(shape)
+    probes: dict[int, Probe] = {}
+    for k, n in enumerate(shape):
+        if n > 1:
+            probes[strides[k]] = tuple(int(j == k) for j in range(len(shape)))
+    last = math.prod(shape) - 1
+    probes.setdefault(last, tuple(n - 1 for n in shape))
+    return probes
+
+
+def trace_on_devices(
+    make: Callable[[], torch.fx.GraphModule], gm: torch.fx.GraphModule
+) -> torch.fx.GraphModule:
+    """`gm` (traced as rank 0 by `make`) with every number that depends on the device
+    replaced by its expression over the device's coordinates."""
+    meshes = live_meshes()
+    root = root_mesh(meshes) if meshes else None
+    if root is None:
+        return gm
+    shape = tuple(int(n) for n in root.mesh.shape)
+    others: dict[Probe, torch.fx.GraphModule] = {}
+    for rank, coords in probe_ranks(shape).items():
+        with as_device(meshes, rank):
+            others[coords] = make()
+    differences = _differences(gm, others)
+    if differences:
+        _substitute(gm, differences, shape)
+    return gm
+
+
+# ---- comparing traces
+
+
+class _Mismatch(Exception):
+    pass
+
+
+def _where(node: torch.fx.Node) -> str:
+    from scalify.frontends.fx import source_loc
+
+    loc = source_loc(node.meta.get("stack_trace"))
+    return f" at {loc}" if loc else ""
+
+
+def _differences(
+    gm: torch.fx.GraphModule, others: dict[Probe, torch.fx.GraphModule]
+) -> dict[tuple[int, tuple], dict[Probe, Any]]:
+    """(node position, argument path) -> the number there on each probed device (rank 0's
+    under the all-zero coordinates)."""
+    nodes = list(gm.graph.nodes)
+    found: dict[tuple[int, tuple], dict[Probe, Any]] = {}
+    zero: Probe = tuple(0 for _ in next(iter(others)))
+    for coords, other in others.items():
+        theirs = list(other.graph.nodes)
+        if len(theirs) != len(nodes):
+            raise ScalifyError(
+                f"the program traced as the device at {list(coords)} has {len(theirs)} ops "
+                f"and as device 0 {len(nodes)}: its structure depends on the device, which "
+                "Scalify does not verify (a branch on the rank, or shards of unequal size)"
+            )
+        index = {n: i for i, n in enumerate(nodes)}
+        their_index = {n: i for i, n in enumerate(theirs)}
+        for i, (mine, their) in enumerate(zip(nodes, theirs, strict=True)):
+            try:
+                _same_node(gm, other, mine, their, index, their_index)
+                for path, a, b in _number_pairs(mine.args, their.args, ()):
+                    found.setdefault((i, path), {zero: a})[coords] = b
+            except _Mismatch as exc:
+                raise ScalifyError(
+                    f"op `{mine.name}`{_where(mine)} differs between device 0 and the device "
+                    f"at {list(coords)}: {exc}; Scalify verifies one program for every device"
+                ) from None
+    return {key: values for key, values in found.items() if len(set(values.values())) > 1}
+
+
+def _same_node(gm, other, mine, their, index, their_index) -> None:
+    if mine.op != their.op or mine.target != their.target:
+        raise _Mismatch(f"{mine.target} against {their.target}")
+    if mine.op == "get_attr":
+        a, b = _attr(gm, mine.target), _attr(other, their.target)
+        if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+            if a.shape != b.shape or (a.data_ptr() != b.data_ptr() and not torch.equal(a, b)):
+                raise _Mismatch("a tensor constant with other values")
+    va, vb = mine.meta.get("val"), their.meta.get("val")
+    if isinstance(va, torch.Tensor) and isinstance(vb, torch.Tensor):
+        if tuple(va.shape) != tuple(vb.shape) or va.dtype != vb.dtype:
+            raise _Mismatch(f"shape {list(va.shape)} against {list(vb.shape)}")
+    _same_structure(mine.args, their.args, index, their_index)
+    _same_structure(mine.kwargs, their.kwargs, index, their_index)
+
+
+def _attr(gm: torch.fx.GraphModule, target: str) -> Any:
+    obj: Any = gm
+    for part in str(target).split("."):
+        obj = getattr(obj, part, None)
+    return obj
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _same_structure(a: Any, b: Any, index, their_index) -> None:
+    if isinstance(a, torch.fx.Node) or isinstance(b, torch.fx.Node):
+        if not (isinstance(a, torch.fx.Node) and isinstance(b, torch.fx.Node)):
+            raise _Mismatch("an argument is a value on one device and a constant on another")
+        if index[a] != their_index[b]:
+            raise _Mismatch("its operands differ")
+        return
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        if len(a) != len(b):
+            raise _Mismatch("argument lists of other lengths")
+        for x, y in zip(a, b, strict=True):
+            _same_structure(x, y, index, their_index)
+        return
+    if isinstance(a, dict) and isinstance(b, dict):
+        if a.keys() != b.keys():
+            raise _Mismatch("other keyword arguments")
+        for key in a:
+            _same_structure(a[key], b[key], index, their_index)
+        return
+    if _is_number(a) and _is_number(b):
+        return
+    if a != b:
+        raise _Mismatch(f"argument {a!r} against {b!r}")
+
+
+def _number_pairs(a: Any, b: Any, path: tuple) -> Iterator[tuple[tuple, Any, Any]]:
+    if isinstance(a, (list, tuple)):
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            yield from _number_pairs(x, y, path + (i,))
+    elif _is_number(a) and a != b:
+        yield path, a, b
+
+
+# ---- substituting device expressions
+
+
+def _affine(values: dict[Probe, Any], shape: tuple[int, ...]) -> tuple[Any, list[Any]]:
+    """(v0, slope per axis) of a number seen at the probes; raises when it is not affine."""
+    zero = tuple(0 for _ in shape)
+    v0 = values[zero]
+    slopes = []
+    for k in range(len(shape)):
+        step = tuple(int(j == k) for j in range(len(shape)))
+        slopes.append(values[step] - v0 if step in values else 0)
+    for coords, value in values.items():
+        expected = v0 + sum(s * c for s, c in zip(slopes, coords, strict=True))
+        if value != expected:
+            raise ValueError(f"{value} at device {list(coords)}, not {expected}")
+    return v0, slopes
+
+
+def _substitute(
+    gm: torch.fx.GraphModule,
+    differences: dict[tuple[int, tuple], dict[Probe, Any]],
+    shape: tuple[int, ...],
+) -> None:
+    nodes = list(gm.graph.nodes)
+    strides = _strides(shape)
+    graph = gm.graph
+    coordinates: dict[int, torch.fx.Node] = {}
+    for (i, path), values in sorted(differences.items(), key=lambda kv: kv[0]):
+        node = nodes[i]
+        try:
+            v0, slopes = _affine(values, shape)
+        except ValueError as exc:
+            raise ScalifyError(
+                f"op `{node.name}`{_where(node)} takes a number that depends on the device "
+                f"but not affinely on its coordinates ({exc})"
+            ) from None
+        for k, slope in enumerate(slopes):
+            if slope and k not in coordinates:  # one per axis, before every use
+                with graph.inserting_before(nodes[0]):
+                    args = (shape[k], strides[k], 0)
+                    coordinates[k] = graph.call_function(device_ops.device_coordinate, args)
+                coordinates[k].meta["val"] = torch.tensor(0, dtype=torch.int64)
+        with graph.inserting_before(node):
+            value = _expression(graph, v0, slopes, coordinates)
+        if not _put(node, path, value):
+            raise ScalifyError(
+                f"op `{node.name}`{_where(node)} ({node.target}) takes a number that depends "
+                f"on the device (argument {list(path)}: {sorted(set(values.values()))}), "
+                "where Scalify cannot read a per-device value"
+            )
+    graph.lint()
+    gm.recompile()
+
+
+def _expression(
+    graph, v0: Any, slopes: list[Any], coordinates: dict[int, torch.fx.Node]
+) -> torch.fx.Node:
+    """v0 + sum_k slope_k * coordinate_k as FX nodes (0-d tensors)."""
+    value = None
+    for k, slope in enumerate(slopes):
+        if not slope:
+            continue
+        term = coordinates[k]
+        if slope != 1:
+            term = _arith(graph, torch.ops.aten.mul.Tensor, term, slope)
+        value = term if value is None else _arith(graph, torch.ops.aten.add.Tensor, value, term)
+    if v0:
+        value = _arith(graph, torch.ops.aten.add.Tensor, value, v0)
+    return value
+
+
+def _arith(graph, target, a: torch.fx.Node, b: Any) -> torch.fx.Node:
+    node = graph.call_function(target, (a, b))
+    other = b.meta["val"] if isinstance(b, torch.fx.Node) else b
+    node.meta["val"] = target(a.meta["val"], other)
+    return node
+
+
+def _put(node: torch.fx.Node, path: tuple, value: torch.fx.Node) -> bool:
+    """Put the device value at `path` of `node`'s arguments, where the op can take a tensor
+    there: the scalar operand of an elementwise op (its `.Scalar` overload swapped for the
+    `.Tensor` one), or the index of a chunk taken from a `split`/`chunk`."""
+    if node.target is operator.getitem and path == (1,):
+        return _chunk_at(node, value)
+    if len(path) != 1 or path[0] not in (0, 1):
+        return False
+    target = node.target
+    packet = getattr(target, "overloadpacket", None)
+    schema = getattr(target, "_schema", None)
+    if packet is None or schema is None:
+        return False
+    argument = schema.arguments[path[0]]
+    if str(argument.type) in ("Scalar", "number"):
+        overload = getattr(target, "_overloadname", "")
+        swapped = overload.replace("Scalar", "Tensor")
+        if swapped == overload or swapped not in packet.overloads():
+            return False
+        node.target = getattr(packet, swapped)
+    elif str(argument.type) != "Tensor":
+        return False
+    args = list(node.args)
+    args[path[0]] = value
+    node.args = tuple(args)
+    return True
+
+
+def _chunk_at(node: torch.fx.Node, index: torch.fx.Node) -> bool:
+    """`split(x, size, dim)[i]` (equal pieces) as `chunk_at(x, dim, pieces, i)`."""
+    split = node.args[0]
+    if not isinstance(split, torch.fx.Node) or split.op != "call_function":
+        return False
+    name = getattr(getattr(split.target, "overloadpacket", None), "__name__", "")
+    pieces = split.meta.get("val")
+    if name not in ("split", "chunk", "split_with_sizes") or not isinstance(pieces, (list, tuple)):
+        return False
+    x = split.args[0]
+    dim = split.args[2] if len(split.args) > 2 else split.kwargs.get("dim", 0)
+    dim = int(dim) % len(pieces[0].shape)
+    if len({int(p.shape[dim]) for p in pieces}) != 1:
+        return False
+    graph = node.graph
+    with graph.inserting_before(node):
+        chunk = graph.call_function(device_ops.chunk_at, (x, dim, len(pieces), index))
+    chunk.meta = dict(node.meta)
+    node.replace_all_uses_with(chunk)
+    graph.erase_node(node)
+    return True
