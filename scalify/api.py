@@ -64,6 +64,25 @@ def _given_relations(
     return RelationsFile("<relations>", None, inputs, outputs, infer_outputs=infer_outputs)
 
 
+def _with_placements(
+    relations: Mapping[str, Any] | None, placed: list[Any], dist: Any, mesh: Mesh
+) -> Mapping[str, Any] | None:
+    """The stated relations, with each output no relation states required to have the
+    layout its DTensor placement gives (plain tensor outputs keep the default)."""
+    from .capture.placements import placement_layout
+
+    ranks = [len(dist.node(o).shape) for o in dist.outputs]
+    layouts = [placement_layout(p, rank, mesh) for p, rank in zip(placed, ranks, strict=False)]
+    if not any(layouts):
+        return relations
+    stated = dict(relations or {})
+    given = list(stated.get("outputs") or [])
+    outputs = [
+        given[i] if i < len(given) else (layout or "replicate") for i, layout in enumerate(layouts)
+    ]
+    return {**stated, "outputs": outputs}
+
+
 def check_equivalent(
     baseline_fn: Callable[..., Any],
     parallel_fn: Callable[..., Any],
@@ -101,6 +120,7 @@ def check_equivalent(
     base = canonicalize(graph_from_fx(trace(baseline_fn, base_inputs), base_label))
     traced = trace(parallel_fn, dist_inputs, across_devices=True)
     dist = canonicalize(graph_from_fx(traced, dist_label, world_size=chosen.size))
+    relations = _with_placements(relations, traced.meta["output_placements"], dist, chosen)
     given = _given_relations(relations, infer_outputs=parallel_inputs is not None)
     compiled = compile_rule_dir(rules or default_rules_dir())
     return verify_graphs(base, dist, compiled, chosen, given)

@@ -27,6 +27,7 @@ from .ir import Graph, NewNodes, Node, replace_nodes
 
 def fold_block_lookups(graph: Graph) -> None:
     """Rewrite every masked lookup into a device's block into the canonical form."""
+    _block_indicators_as_selects(graph)
     reader = IndexReader(graph)
 
     def rewrite(node: Node, next_id: int) -> list[Node]:
@@ -34,6 +35,51 @@ def fold_block_lookups(graph: Graph) -> None:
         return [] if found is None else _rewrite(node, *found, graph, next_id)
 
     replace_nodes(graph, rewrite)
+
+
+def _block_indicators_as_selects(graph: Graph) -> None:
+    """`x * float(m)`, m "index in a device's block" (torchtitan's vocab-parallel embedding
+    zeroes foreign rows so), as `select(m, x, 0)`: the same value over the reals, in the
+    form the lookup fold reads."""
+    reader = IndexReader(graph)
+    nodes = graph.nodes
+
+    def rewrite(node: Node, next_id: int) -> list[Node]:
+        if node.op != "mul" or not node.dtype.startswith(("f", "bf")):
+            return []
+        for k in (0, 1):
+            found = _indicator(nodes, node.operands[k])
+            if found is None or reader.block(found[1]) is None:
+                continue
+            views, mask = found
+            new = NewNodes(node, next_id)
+            for view in reversed(views):  # the indicator's views, applied to the predicate
+                mask = new.add(view.op, (mask,), view.shape, "pred", dict(view.attrs))
+            zero = new.add("constant", (), (), node.dtype, {"value": "0"})
+            zero = new.add("broadcast", (zero,), node.shape, node.dtype, {"dims": ()})
+            value = node.operands[1 - k]
+            new.add("select", (mask, value, zero), node.shape, node.dtype, {})
+            new.nodes[-1].name = node.name
+            return new.nodes
+        return []
+
+    replace_nodes(graph, rewrite)
+
+
+_VIEWS = ("reshape", "broadcast", "transpose")
+
+
+def _indicator(nodes: dict[int, Node], node_id: int) -> tuple[list[Node], int] | None:
+    """(views top first, predicate) when the value is views of a predicate cast to a
+    number (1 where it holds, 0 elsewhere), else None."""
+    views: list[Node] = []
+    node = nodes[node_id]
+    while node.op in _VIEWS:
+        views.append(node)
+        node = nodes[node.operands[0]]
+    if node.op != "convert" or nodes[node.operands[0]].dtype != "pred":
+        return None
+    return views, node.operands[0]
 
 
 def _masked_lookup(reader: IndexReader, select: Node) -> tuple[Block, Node] | None:

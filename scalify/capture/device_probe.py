@@ -21,6 +21,7 @@ from __future__ import annotations
 import gc
 import math
 import operator
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -58,16 +59,36 @@ def root_mesh(meshes: list[Any]) -> Any | None:
 
 @contextmanager
 def as_device(meshes: list[Any], rank: int) -> Iterator[None]:
-    """Every mesh in `meshes` believes this process is global rank `rank`."""
+    """This process is global rank `rank`: for every mesh in `meshes` (its coordinates) and
+    for `torch.distributed.get_rank` wherever a loaded module holds it (the rank in a group,
+    as Megatron and torchtitan read it). A `ProcessGroup.rank()` call still says 0."""
+    import torch.distributed.distributed_c10d as c10d
+
+    original = c10d.get_rank
+
+    def get_rank(group: Any = None) -> int:
+        if group is None or group is c10d.GroupMember.WORLD:
+            return rank
+        return c10d.get_group_rank(group, rank)
+
+    holders = [
+        m
+        for m in list(sys.modules.values())
+        if m is not None and getattr(m, "get_rank", None) is original
+    ]
     saved = [m._coordinate_on_dim for m in meshes]
     try:
         for m in meshes:
             found = (m.mesh == rank).nonzero()
             m._coordinate_on_dim = tuple(found[0].tolist()) if len(found) else None
+        for module in holders:
+            module.get_rank = get_rank
         yield
     finally:
         for m, coordinate in zip(meshes, saved, strict=True):
             m._coordinate_on_dim = coordinate
+        for module in holders:
+            module.get_rank = original
 
 
 def _strides(shape: tuple[int, ...]) -> tuple[int, ...]:

@@ -64,21 +64,30 @@ def trace(
     fn: Callable[..., Any], example_inputs: Sequence[Any], *, across_devices: bool = False
 ) -> torch.fx.GraphModule:
     """`fn(*example_inputs)` traced with `make_fx` (stack traces kept), weights as named
-    parameters, placeholders named after `fn`'s arguments. `across_devices`: the program is
+    parameters, placeholders named after `fn`'s arguments, returning the tensor leaves of
+    what `fn` returns (DTensors as local tensors; their placements in
+    `gm.meta["output_placements"]`, see placements.py). `across_devices`: the program is
     one rank's of a DTensor job; numbers it computed from the rank become expressions over
     the device's coordinates (device_probe.py)."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
     from .device_probe import trace_on_devices
+    from .placements import Placed, tensor_leaves
 
     inputs = tuple(example_inputs)
+    placed: list[Placed] = []
+
+    def leaves(*args: Any) -> tuple[torch.Tensor, ...]:
+        placed.clear()
+        return tensor_leaves(fn(*args), placed)
 
     def make() -> torch.fx.GraphModule:
-        return make_fx(fn, record_stack_traces=True)(*inputs)
+        return make_fx(leaves, record_stack_traces=True)(*inputs)
 
     gm = make()
     if across_devices:
         gm = trace_on_devices(make, gm)
+    gm.meta["output_placements"] = list(placed)
     names: dict[int, str] = {}
     if isinstance(fn, nn.Module):
         for name, tensor in [*fn.named_parameters(), *fn.named_buffers()]:

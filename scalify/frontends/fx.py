@@ -224,6 +224,8 @@ def _number_text(value: Any, dtype: str) -> str:
 
 
 _TORCH_NAMES = {v: k for k, v in _DTYPES.items()}
+# a complex dtype's parts
+_COMPLEX_PARTS = {"c64": "f32", "c128": "f64"}
 
 
 def _literal_text(values: Any, dtype: str) -> str:
@@ -289,6 +291,9 @@ class _Lowering:
         self.fop = ""
         self.parts = 0
         self.order: dict[Any, int] = {}  # FX node -> position, for in-place ops
+        # complex values, each held as its real and imaginary parts along a last dim of 2
+        # (the layout `view_as_real` gives), in the parts' real dtype
+        self.complex: set[int] = set()
 
     # ---- node creation
 
@@ -476,10 +481,16 @@ class _Lowering:
         return self.parameter(name, self.shape_of(meta), _dtype_of(meta.dtype))
 
     def parameter(self, name: str, shape: tuple[int, ...], dtype: str) -> int:
-        """An input; `index` is its position among the inputs."""
+        """An input; `index` is its position among the inputs. A complex input is its real
+        and imaginary parts along a last dim of 2."""
         index = len(self.params)
+        part = _COMPLEX_PARTS.get(dtype)
+        if part is not None:
+            shape, dtype = (*shape, 2), part
         node = self.new("parameter", (), shape, dtype, {"name": name, "index": index}, True)
         self.params.append((index, node))
+        if part is not None:
+            self.complex.add(node)
         return node
 
     def get_attr(self, fx_node: Any) -> Any:
@@ -507,11 +518,14 @@ class _Lowering:
         if tensor.device.type == "meta" or getattr(tensor, "fake_mode", None) is not None:
             return None
         dtype = _dtype_of(tensor.dtype)
+        part = _COMPLEX_PARTS.get(dtype)
+        if part is not None:
+            tensor, dtype = torch.view_as_real(tensor), part
         try:
             values = tensor.detach().cpu().tolist()
         except Exception:  # noqa: BLE001 - e.g. a fake tensor: keep it a parameter
             return None
-        return self.new(
+        value = self.new(
             "constant",
             (),
             tuple(int(d) for d in tensor.shape),
@@ -519,6 +533,9 @@ class _Lowering:
             {"value": _literal_text(values, dtype)},
             final=True,
         )
+        if part is not None:
+            self.complex.add(value)
+        return value
 
     def opaque(self, fx_node: Any, op_name: str, extra: dict[str, Any] | None = None) -> Any:
         operands: list[int] = []
@@ -577,6 +594,14 @@ class _Lowering:
             name = name[:-1]  # `add_` on a fresh tensor nobody reads again: plain `add`
         if name in ("max", "min") and overload == "other":
             name = "maximum" if name == "max" else "minimum"
+        if name in ("view_as_complex", "view_as_real"):
+            x = self.tensor(args[0])  # the same parts, read as complex or as real again
+            view = self.new("reshape", (x,), self.shape(x), self.dtype(x), final=True)
+            if name == "view_as_complex":
+                self.complex.add(view)
+            return view
+        if any(self.is_complex(a) for a in _flatten([list(args), list(kwargs.values())])):
+            return self.complex_call(fx_node, name)
         if name in _ATTENTION:
             return self.attention(fx_node, None, None)
         if name in _MULTI_OUTPUT:
@@ -602,6 +627,82 @@ class _Lowering:
         if method is None:
             raise _Unsupported(name)
         return method(fx_node, shape, dtype)
+
+    # ---- complex values (RoPE as torchtitan and Llama's reference code write it)
+
+    def is_complex(self, arg: Any) -> bool:
+        return self.is_node(arg) and self.env.get(arg) in self.complex
+
+    def complex_call(self, fx_node: Any, name: str) -> int:
+        """An op on complex values, on their parts: views, slices, casts between complex
+        dtypes, sums and products. Anything else stays opaque."""
+        args, kwargs = fx_node.args, fx_node.kwargs
+        meta = self.out_meta(fx_node)
+        part = _COMPLEX_PARTS.get(_dtype_of(meta.dtype))
+        if part is None:
+            raise _Unsupported(f"{name} from complex to real")
+        shape = (*self.shape_of(meta), 2)
+        if name in _IDENTITY:
+            return self.tensor(args[0])
+        if name in _RESHAPES:
+            value = self.new("reshape", (self.tensor(args[0]),), shape, part)
+        elif name in _CONVERTS:
+            value = self.convert(self.tensor(args[0]), part)
+        elif name == "expand":
+            value = self.broadcast_to(self.tensor(args[0]), shape)
+        elif name == "slice":
+            x = self.tensor(args[0])
+            dim = int(args[1] if len(args) > 1 else kwargs.get("dim", 0)) % (len(shape) - 1)
+            start = args[2] if len(args) > 2 else kwargs.get("start")
+            end = args[3] if len(args) > 3 else kwargs.get("end")
+            step = args[4] if len(args) > 4 else kwargs.get("step", 1)
+            value, _ = self.slice_node(x, dim, start, end, step or 1, final=False)
+        elif name in ("add", "sub") and (len(args) < 3 and "alpha" not in kwargs):
+            a, b = (self.complex_operand(x, shape, part) for x in args[:2])
+            value = self.new(name, (a, b), shape, part)
+        elif name == "mul":
+            value = self.complex_product(args[0], args[1], shape, part)
+        else:
+            raise _Unsupported(f"{name} of a complex tensor")
+        if value not in self.complex:
+            value = self.new("reshape", (value,), shape, part)
+        self.complex.add(value)
+        self.nodes[value].name = fx_node.name
+        return value
+
+    def complex_operand(self, arg: Any, shape: tuple[int, ...], part: str) -> int:
+        """A complex operand's parts broadcast to `shape` (its last dim the parts)."""
+        if not self.is_complex(arg):
+            raise _Unsupported("a real operand where a complex one is expected")
+        return self.broadcast_to(self.convert(self.tensor(arg), part), shape)
+
+    def complex_product(self, a: Any, b: Any, shape: tuple[int, ...], part: str) -> int:
+        """(ar + i ai)(br + i bi) = (ar br - ai bi) + i (ar bi + ai br); a real factor
+        scales both parts."""
+        if not (self.is_complex(a) and self.is_complex(b)):
+            real, z = (a, b) if self.is_complex(b) else (b, a)
+            factor = self.operand(real, part, shape[:-1])
+            factor = self.new("reshape", (factor,), (*shape[:-1], 1), part)
+            spread = self.broadcast_to(factor, shape)
+            return self.new("mul", (self.complex_operand(z, shape, part), spread), shape, part)
+        last = len(shape) - 1
+        half = (*shape[:-1], 1)
+
+        def parts(v: Any) -> list[int]:  # cut first, then broadcast: as the user's broadcast
+            raw = self.convert(self.tensor(v), part)
+            end = len(self.shape(raw)) - 1
+            pieces = [self.slice_node(raw, end, k, k + 1, 1, final=False)[0] for k in (0, 1)]
+            return [self.broadcast_to(p, half) for p in pieces]
+
+        xr, xi = parts(a)
+        yr, yi = parts(b)
+
+        def times(p: int, q: int) -> int:
+            return self.new("mul", (p, q), half, part)
+
+        real = self.new("sub", (times(xr, yr), times(xi, yi)), half, part)
+        imaginary = self.new("add", (times(xr, yi), times(xi, yr)), half, part)
+        return self.new("concatenate", (real, imaginary), shape, part, {"dim": last})
 
     def rewritable_in_place(self, fx_node: Any) -> bool:
         """Whether an in-place op (`add_`, as `make_fx` keeps it: RMSNorm's `mean + eps`)
