@@ -2,68 +2,22 @@
 
 from __future__ import annotations
 
-from scalify.ir import COLLECTIVES, ELEMENTWISE_BINARY, ELEMENTWISE_UNARY
+from scalify.ops import OPS
 
 # Attribute kinds: "S" string, "I" integer. Each maps to an egglog lookup (AttrS / AttrI).
 # Every op has `class`: float, int or pred, the kind of its result dtype (an identity over the
 # reals may fail over integers: integer division does not distribute over a sum).
 COMMON_ATTRS: dict[str, str] = {"class": "S"}
 
+# Read from the op registry (`scalify/ops/`): what a rule may name, with how many operands,
+# and which attributes it may read; `DIM_MAPPED` ops are the ones `outdim`/`indim` know.
 OP_ATTRS: dict[str, dict[str, str]] = {
-    "convert": {"from_class": "S", "widens": "S"},
-    "all_reduce": {"op": "S", "axes": "S"},
-    "all_gather": {"dim": "I", "axes": "S"},
-    "reduce_scatter": {"dim": "I", "op": "S", "axes": "S"},
-    "all_to_all": {"dim": "I", "split_dim": "I", "concat_dim": "I", "axes": "S"},
-    "collective_permute": {"axes": "S"},
-    "reduce": {"op": "S", "kept": "S", "kept_out": "S"},
-    "mul": {"all_dims": "S"},
-    "exp": {"all_dims": "S"},
-    "broadcast": {"dims": "S"},
-    "dot": {"lhs_batch": "S", "batch_out": "S"},
-    "compare": {"direction": "S"},
-    "concatenate": {"dim": "I"},
-    "slice_at": {"dim": "I", "size": "I", "parts": "I"},
-    "rank_index": {"kind": "S"},
-    "top_k": {"k": "I", "part": "I"},
-    "cumsum": {"dim": "I"},
-    "take": {"dim": "I", "index_out": "S"},
-    "take_along": {"dim": "I", "index_out": "S"},
-    "in_block": {"size": "I"},
-    "block_offset": {"size": "I"},
-    "one_hot": {"dim": "I", "size": "I"},
-    "merge": {"dim": "I", "inner": "I"},
-    "split": {"dim": "I", "inner": "I"},
+    name: dict(spec.attrs) for name, spec in OPS.items() if spec.attrs
 }
-
 OP_ARITY: dict[str, tuple[int, ...]] = {
-    **{op: (1,) for op in ELEMENTWISE_UNARY},
-    **{op: (2,) for op in ELEMENTWISE_BINARY},
-    **{op: (1,) for op in COLLECTIVES},
-    "select": (3,),
-    "clamp": (3,),
-    "dot": (2,),
-    "reduce": (1, 2),
-    "broadcast": (1,),
-    "reshape": (1,),
-    "slice_at": (2,),
-    "rank_index": (0,),
-    "top_k": (1,),
-    "cumsum": (1,),
-    "merge": (1,),
-    "split": (1,),
-    "transpose": (1,),
-    "slice": (1,),
-    "concatenate": (2, 3),
-    "pad": (2,),
-    "take": (2,),
-    "take_along": (2,),
-    "in_block": (2,),
-    "block_offset": (2,),
-    "one_hot": (1,),
-    "gather": (2,),
-    "scatter": (3,),
+    name: spec.arity for name, spec in OPS.items() if spec.arity
 }
+DIM_MAPPED = frozenset(name for name, spec in OPS.items() if spec.dim_map is not None)
 
 # `splat(c)`: a scalar broadcast to whatever shape its elementwise user has.
 SPLAT = "splat"

@@ -20,8 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .canonicalize import is_identity
-from .ir import ELEMENTWISE, Graph, Node
+from .ir import Graph, Node
 from .mesh import Mesh
+from .ops import ELEMENTWISE
 
 CHUNK_AXIS = "chunk"
 

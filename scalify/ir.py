@@ -3,7 +3,7 @@
 One small SSA form for both graphs: a node has a canonical op (the vocabulary of `.srl`
 patterns), operand node ids, a static shape, a dtype, canonical attributes and the source
 location it came from. Frontends own the mapping from framework ops; nothing downstream
-looks at framework syntax.
+looks at framework syntax. The canonical ops themselves are declared in `scalify/ops/`.
 """
 
 from __future__ import annotations
@@ -11,72 +11,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-
-ELEMENTWISE_UNARY = frozenset(
-    {
-        "neg",
-        "exp",
-        "log",
-        "tanh",
-        "rsqrt",
-        "sqrt",
-        "abs",
-        "erf",
-        "logistic",
-        "sign",
-        "floor",
-        "ceil",
-        "not",
-        "convert",
-        "exponential_minus_one",
-        "log_plus_one",
-        "cos",
-        "sin",
-    }
-)
-ELEMENTWISE_BINARY = frozenset(
-    {"add", "sub", "mul", "div", "max", "min", "pow", "compare", "and", "or", "xor", "rem", "atan2"}
-)
-# every op that maps its operands element by element (same shapes in, that shape out)
-ELEMENTWISE = ELEMENTWISE_UNARY | ELEMENTWISE_BINARY | {"select", "clamp"}
-COLLECTIVES = frozenset(
-    {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute"}
-)
-CANONICAL_OPS = (
-    ELEMENTWISE_UNARY
-    | ELEMENTWISE_BINARY
-    | COLLECTIVES
-    | {
-        "parameter",
-        "constant",
-        "select",
-        "clamp",
-        "dot",
-        "reduce",
-        "broadcast",
-        "reshape",
-        "merge",
-        "split",
-        "slice_at",
-        "transpose",
-        "slice",
-        "dynamic_slice",
-        "concatenate",
-        "pad",
-        "iota",
-        "rank_index",
-        "top_k",
-        "cumsum",
-        "take",
-        "take_along",
-        "in_block",
-        "block_offset",
-        "one_hot",
-        "gather",
-        "scatter",
-        "opaque",
-    }
-)
 
 
 @dataclass(frozen=True)

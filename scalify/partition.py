@@ -18,8 +18,9 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
-from .ir import COLLECTIVES, Graph, Node
+from .ir import Graph, Node
 from .layout import Layout, canonical, layout_str
+from .ops import COLLECTIVES
 from .relations import Relation
 
 LITERAL_OPS = {"constant", "iota"}

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .ir import COLLECTIVES, ELEMENTWISE, Graph, Node
+from .ir import Graph, Node
+from .ops import COLLECTIVES, ELEMENTWISE
 
 DEPTH = 4  # how many ops a unit-dim reshape is moved through
 

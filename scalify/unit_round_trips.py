@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .ir import ELEMENTWISE, Graph, Node, is_scalar_fill
+from .ir import Graph, Node, is_scalar_fill
+from .ops import ELEMENTWISE
 
 VIEWS = ("merge", "split", "reshape")
 DEPTH = 6  # how many elementwise ops deep a round trip is looked for

@@ -21,11 +21,12 @@ from .engine.encode import (
 from .engine.frontier import frontier, output_mismatch
 from .errors import ScalifyError
 from .frontends import load_graph
-from .ir import COLLECTIVES, Graph
+from .ir import Graph
 from .layout import canonical, layout_str, local_shape
 from .mesh import Mesh, parse_mesh
 from .nearest import rules_for_op
 from .neighbourhood import neighbourhood
+from .ops import COLLECTIVES
 from .parallel import PREFETCH_AFTER, prefetch_segments
 from .partition import (
     cut_points,

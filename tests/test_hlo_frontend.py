@@ -15,7 +15,8 @@ import pytest
 
 from scalify.errors import ScalifyError
 from scalify.frontends.hlo import _groups, _hlo_sharding, _shape_leaves, load_hlo, parse_hlo
-from scalify.ir import CANONICAL_OPS, Graph, Node, TileSharding
+from scalify.ir import Graph, Node, TileSharding
+from scalify.ops import CANONICAL_OPS
 
 SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "reference" / "hlo-samples"
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 from scalify.ir import Graph, Node, is_scalar_fill
 from scalify.layout import Layout
 from scalify.mesh import Mesh
+from scalify.ops import ELEMENTWISE, NOT_PURE, SIZED_OPERAND
 
-from .signature import ELEMENTWISE, NOT_PURE, Signature, node_signature
+from .signature import Signature, node_signature
 
 
 def egg_string(text: str) -> str:
@@ -175,11 +176,6 @@ class GraphEncoder:
                 ]
         result += [f"(union {self.name(a)} {self.name(b)})" for a, b in self.graph.equalities]
         return result
-
-
-# Ops whose first operand's sizes rules may read (`size(X, d)`): a block lookup must check
-# that the table holds exactly one block.
-SIZED_OPERAND = frozenset({"take", "take_along"})
 
 
 def layout_term(base_term: str, layout: Layout) -> str:

@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from scalify.ir import COLLECTIVES, Graph, Node
+from scalify.ir import Graph, Node
 from scalify.layout import Layout, canonical, layout_str
 from scalify.mesh import Mesh
-
-from .signature import ELEMENTWISE, collective_axes
+from scalify.ops import COLLECTIVES, ELEMENTWISE
+from scalify.ops.collectives import collective_axes
 
 Proven = dict[int, set[tuple[Layout, int]]]
 LITERALS = {"constant", "iota"}
