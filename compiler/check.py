@@ -31,6 +31,7 @@ from .signatures import (
     CONSTANT_NAMES,
     COORD,
     DIM_FUNCTIONS,
+    DIM_MAPPED,
     LAYOUTS,
     OP_ARITY,
     OP_ATTRS,
@@ -104,7 +105,8 @@ class RuleChecker:
         raise self.fail(
             app.span,
             f"unknown op `{app.name}`",
-            "declare an op variable with `where f in FAMILY`, or use a canonical op",
+            "declare an op variable with `where f in FAMILY`, or use a canonical op "
+            "(declared in scalify/ops/)",
         )
 
     def _check_arity(self, app: App, info: RuleInfo) -> None:
@@ -290,6 +292,7 @@ class RuleChecker:
                 args = args[1:]
             if len(args) != 2:
                 raise self.fail(value.span, f"`{value.name}` takes ([op,] operand, dim)")
+            self._check_dim_mapped(value, target, info)
             operand = args[0]
             arity = len(target.args)
             if not isinstance(operand, IntLit) or not 0 <= operand.value < arity:
@@ -303,6 +306,24 @@ class RuleChecker:
             _span(value),
             "expected a dim expression: an integer, a bound variable or outdim(operand, dim)",
         )
+
+    def _check_dim_mapped(self, call: App, target: App, info: RuleInfo) -> None:
+        """`outdim`/`indim` read the op's dim map: an op the registry gives none would leave
+        the rule silently never matching."""
+        if target.name in info.op_vars:
+            family = info.op_vars[target.name]
+            unmapped = [m for m in self.families[family].members if m not in DIM_MAPPED]
+            needs = f"a dim map for every op of family `{family}`"
+        else:
+            unmapped = [target.name] if target.name not in DIM_MAPPED else []
+            needs = f"the dim map of `{target.name}`"
+        if unmapped:
+            raise self.fail(
+                call.span,
+                f"`{call.name}` needs {needs}; the op registry declares none for "
+                + ", ".join(f"`{m}`" for m in unmapped),
+                "declare a `dim_map` in the op's OpSpec (scalify/ops/)",
+            )
 
     def _require_bound(self, value: Value, info: RuleInfo, role: str | None = None) -> None:
         if not isinstance(value, Var) or value.name in CONSTANT_NAMES:

@@ -87,6 +87,19 @@ def test_good_rule_lowers_to_an_egglog_rule():
             "r.srl:4:42",
             "operand index 0..0",
         ),
+        (
+            "rule r:\n  match reshape(X)\n  where X ~ x @ shard(d, a)\n  rewrite reshape(X) ~ "
+            "reshape(x) @ shard(outdim(0, d), a)\n",
+            "r.srl:4:43",
+            "`outdim` needs the dim map of `reshape`; the op registry declares none",
+        ),
+        (
+            "family views = reshape, transpose\nrule r:\n  match f(X)\n  where f in views\n"
+            "          X ~ x @ shard(d, a)\n          indim(0, d) >= 0\n"
+            "  rewrite f(X) ~ f(x) @ shard(d, a)\n",
+            "r.srl:6:11",
+            "a dim map for every op of family `views`; the op registry declares none for `reshape`",
+        ),
     ],
 )
 def test_errors_point_at_the_problem(text, where, message):
