@@ -7,20 +7,33 @@ with it, and the distinct ones proved in parallel. The ordered walk in `prove_pa
 then uses a prefetched proof only when its key, computed with the entry relation actually
 proved, is exactly the one it was proved under; otherwise it proves the pair itself. A
 guess that turns out wrong costs time, never soundness.
+
+The caller hands in its own `prove` (a module-level function, so worker processes can load
+it): this module needs nothing from `verify.py`, which imports it.
 """
 
 from __future__ import annotations
 
 import multiprocessing
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any, Protocol, TypeVar
 
+from .ir import Graph
 from .mesh import Mesh
 from .partition import Segment, segment_relations, structural_key, subgraph
 from .relations import Relation
 
-if TYPE_CHECKING:
-    from .ir import Graph
-    from .verify import Limits, Proof
+Proof = TypeVar("Proof")
+
+
+class Limits(Protocol):
+    """What prefetching reads of the verifier's limits (a dataclass: workers get a copy with
+    no progress line and one job each)."""
+
+    jobs: int
+    progress: bool
+
 
 # Segments proved in order before the rest are keyed and prefetched.
 PREFETCH_AFTER = 2
@@ -36,6 +49,7 @@ def prefetch_segments(
     rules_program: str,
     mesh: Mesh,
     limits: Limits,
+    prove: Callable[[Graph, Graph, str, Mesh, list[Relation], Limits], Proof],
 ) -> dict[str, Proof]:
     """Proofs of the distinct remaining segment pairs (paired one to one), keyed as the
     ordered walk will key them if the entry relation stays `entry`."""
@@ -48,23 +62,11 @@ def prefetch_segments(
         jobs.setdefault(key, (base_sub, dist_sub, relations))
     if len(jobs) < 2:
         return {}
-    quiet = _quiet(limits)
+    quiet = replace(limits, progress=False, jobs=1)
     context = multiprocessing.get_context("spawn")
     with context.Pool(min(limits.jobs, len(jobs))) as pool:
         proofs = pool.starmap(
-            _prove,
+            prove,
             [(b, d, rules_program, mesh, r, quiet) for b, d, r in jobs.values()],
         )
     return dict(zip(jobs, proofs, strict=True))
-
-
-def _quiet(limits: Limits) -> Limits:
-    from dataclasses import replace
-
-    return replace(limits, progress=False, jobs=1)
-
-
-def _prove(base_sub, dist_sub, rules_program, mesh, relations, limits):
-    from .verify import prove
-
-    return prove(base_sub, dist_sub, rules_program, mesh, relations, limits)

@@ -312,6 +312,7 @@ def prove_partitioned(
                 rules_program,
                 mesh,
                 limits,
+                prove,
             )
         if limits.progress:
             _show_progress(j, len(dist_segs), total.memo_hits)
