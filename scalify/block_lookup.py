@@ -43,25 +43,28 @@ def _block_indicators_as_selects(graph: Graph) -> None:
     form the lookup fold reads."""
     reader = IndexReader(graph)
     nodes = graph.nodes
+    found: dict[int, tuple[int, list[Node], int]] = {}  # mul -> (operand, views, predicate)
+    for node in nodes.values():
+        if node.op != "mul" or not node.dtype.startswith(("f", "bf")):
+            continue
+        for k in (0, 1):
+            indicator = _indicator(nodes, node.operands[k])
+            if indicator is not None and reader.block(indicator[1]) is not None:
+                found[node.id] = (k, *indicator)
+                break
 
     def rewrite(node: Node, next_id: int) -> list[Node]:
-        if node.op != "mul" or not node.dtype.startswith(("f", "bf")):
+        if node.id not in found:
             return []
-        for k in (0, 1):
-            found = _indicator(nodes, node.operands[k])
-            if found is None or reader.block(found[1]) is None:
-                continue
-            views, mask = found
-            new = NewNodes(node, next_id)
-            for view in reversed(views):  # the indicator's views, applied to the predicate
-                mask = new.add(view.op, (mask,), view.shape, "pred", dict(view.attrs))
-            zero = new.add("constant", (), (), node.dtype, {"value": "0"})
-            zero = new.add("broadcast", (zero,), node.shape, node.dtype, {"dims": ()})
-            value = node.operands[1 - k]
-            new.add("select", (mask, value, zero), node.shape, node.dtype, {})
-            new.nodes[-1].name = node.name
-            return new.nodes
-        return []
+        k, views, mask = found[node.id]
+        new = NewNodes(node, next_id)
+        for view in reversed(views):  # the indicator's views, applied to the predicate
+            mask = new.add(view.op, (mask,), view.shape, "pred", dict(view.attrs))
+        zero = new.add("constant", (), (), node.dtype, {"value": "0"})
+        zero = new.add("broadcast", (zero,), node.shape, node.dtype, {"dims": ()})
+        new.add("select", (mask, node.operands[1 - k], zero), node.shape, node.dtype, {})
+        new.nodes[-1].name = node.name
+        return new.nodes
 
     replace_nodes(graph, rewrite)
 

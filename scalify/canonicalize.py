@@ -287,6 +287,14 @@ def _fold(graph: Graph) -> Graph:
         if len(operands) == 1 and is_identity(node, nodes[operands[0]]):
             alias[node.id] = operands[0]
             return
+        inner = nodes[operands[0]] if operands else None
+        if node.op == "transpose" and inner is not None and inner.op == "transpose":
+            perm, first = node.attrs["perm"], inner.attrs["perm"]  # one transpose, composed
+            node.operands = inner.operands
+            node.attrs = {**node.attrs, "perm": tuple(first[p] for p in perm)}
+            if is_identity(node, nodes[node.operands[0]]):
+                alias[node.id] = node.operands[0]
+                return
         if node.op == "reshape" and nodes[operands[0]].op == "reshape":
             node.operands = nodes[operands[0]].operands
             if node.shape == nodes[node.operands[0]].shape:

@@ -173,6 +173,8 @@ _COLLECTIVE_KINDS = {
     "reduce_scatter_tensor": "reduce_scatter",
     "all_to_all_single": "all_to_all",
 }
+# c10d's RedOpType codes, as a ReduceOp script object holds them
+_C10D_REDUCE_OPS = {0: "sum", 1: "avg", 2: "prod", 3: "min", 4: "max"}
 _REDUCE_OPS = {"sum": "sum", "max": "max", "min": "min", "product": "prod", "prod": "prod"}
 # Lifted tensor constants up to this many elements become `constant` nodes (with their
 # literal); larger ones become parameters.
@@ -579,6 +581,8 @@ class _Lowering:
             raise _Unsupported("getitem of a non-tuple")
         if namespace in _COLLECTIVE_NAMESPACES:
             return self.collective(fx_node, name)
+        if namespace == "c10d":
+            return self.c10d_collective(fx_node, name)
         if namespace == DEVICE_NAMESPACE:
             return self.device_op(fx_node, name)
         if namespace != "aten":
@@ -714,10 +718,7 @@ class _Lowering:
         schema = getattr(target.target, "_schema", None)
         if schema is None or any(r.alias_info is not None for r in schema.returns):
             return False  # a view (or a getitem, a collective): it aliases other tensors
-        if not self.order:
-            self.order = {node: i for i, node in enumerate(self.gm.graph.nodes)}
-        here = self.order[fx_node]
-        return all(self.order[user] < here for user in target.users if user is not fx_node)
+        return self.only_read_before(target, fx_node)
 
     def binary(self, fx_node: Any, name: str, shape: tuple[int, ...], dtype: str) -> int:
         args, kwargs = fx_node.args, fx_node.kwargs
@@ -1449,10 +1450,99 @@ class _Lowering:
         if reduce_op and reduce_op not in _REDUCE_OPS and reduce_op != "avg":
             raise _Unsupported(f"reduce op {reduce_op}")
         kind = _COLLECTIVE_KINDS[name]
-        x, dim = self.tensor(args[0]), 0
         if kind == "reduce_scatter":
-            x, dim = self.scattered_source(args[0], size) or (x, 0)
-        return self.emit_collective(kind, x, shape, dtype, size, reduce_op, dim)
+            return self.reduce_scatter(args[0], shape, dtype, size, reduce_op)
+        return self.emit_collective(kind, self.tensor(args[0]), shape, dtype, size, reduce_op)
+
+    def reduce_scatter(
+        self, arg: Any, shape: tuple[int, ...], dtype: str, size: int, reduce_op: str
+    ) -> int:
+        """A reduce-scatter along dim 0 of `arg`, read as one along the dim of the value it
+        was arranged from: chunks concatenated along dim 0 (funcol's `scatter_dim`), or a
+        transpose that moved the dim to the front (`movedim`, as spmd_types writes it; the
+        result is then that transpose of the reduce-scatter along the dim)."""
+        scattered = self.scattered_source(arg, size)
+        if scattered is not None:
+            return self.emit_collective(
+                "reduce_scatter", *scattered[:1], shape, dtype, size, reduce_op, scattered[1]
+            )
+        moved = self.moved_source(arg)
+        if moved is None:
+            x = self.tensor(arg)
+            return self.emit_collective("reduce_scatter", x, shape, dtype, size, reduce_op, 0)
+        x, perm = moved
+        local = tuple(shape[perm.index(d)] for d in range(len(perm)))
+        out = self.emit_collective("reduce_scatter", x, local, dtype, size, reduce_op, perm[0])
+        return self.new("transpose", (out,), shape, dtype, {"perm": perm})
+
+    def moved_source(self, arg: Any) -> tuple[int, tuple[int, ...]] | None:
+        """(x, perm) when `arg` is a (copied) transpose of x by `perm`."""
+        while _is_aten(arg, "clone", "contiguous"):
+            arg = arg.args[0]
+        if not _is_aten(arg, "permute", "transpose"):
+            return None
+        node = self.tensor(arg)
+        if self.nodes[node].op != "transpose":
+            return None
+        return self.nodes[node].operands[0], tuple(self.nodes[node].attrs["perm"])
+
+    def c10d_collective(self, fx_node: Any, name: str) -> Any:
+        """The in-place c10d collectives (`dist.all_reduce(x)`, `all_gather_into_tensor(out,
+        x)`, `reduce_scatter_tensor(out, x)`, as make_fx records them under DTensor-free
+        code such as spmd_types and transformers' inference path), read functionally: the
+        op's (tensors, work) result holds the collective's value. The buffer it writes must
+        not be read again except through that result."""
+        args = fx_node.args
+        written = args[0][0] if name == "allreduce_" and len(args[0]) == 1 else args[0]
+        if not self.is_node(written) or not self.only_read_before(written, fx_node):
+            raise _Unsupported(f"c10d.{name} whose buffer is read around it")
+        size = self.process_group_size(args[1] if name == "allreduce_" else args[2])
+        if size is None:
+            raise _Unsupported(f"c10d.{name} over a process group it cannot resolve")
+        shape, dtype = self.shape(self.tensor(written)), self.dtype(self.tensor(written))
+        if name == "allreduce_":
+            op = self.reduce_op_of(args[2])
+            out = self.emit_collective("all_reduce", self.tensor(written), shape, dtype, size, op)
+            return ((out,), None)
+        if name == "_allgather_base_":
+            x = self.tensor(args[1])
+            return (self.emit_collective("all_gather", x, shape, dtype, size), None)
+        if name == "_reduce_scatter_base_":
+            op = self.reduce_op_of(args[3])
+            return (self.reduce_scatter(args[1], shape, dtype, size, op), None)
+        raise _Unsupported(f"c10d.{name}")
+
+    def only_read_before(self, tensor: Any, op: Any) -> bool:
+        """Whether every reader of `tensor` but `op` comes before `op`."""
+        if not self.order:
+            self.order = {node: i for i, node in enumerate(self.gm.graph.nodes)}
+        here = self.order[op]
+        return all(self.order[user] < here for user in tensor.users if user is not op)
+
+    def script_object(self, arg: Any) -> Any:
+        if not self.is_node(arg) or arg.op != "get_attr":
+            return None
+        obj: Any = self.gm
+        for part in str(arg.target).split("."):
+            obj = getattr(obj, part, None)
+        return obj
+
+    def process_group_size(self, arg: Any) -> int | None:
+        try:
+            from torch._C._distributed_c10d import ProcessGroup
+
+            return int(ProcessGroup.unbox(self.script_object(arg)).size())
+        except Exception:  # noqa: BLE001 - not a process group object: unresolved
+            return None
+
+    def reduce_op_of(self, arg: Any) -> str:
+        try:
+            code = self.script_object(arg).op()
+        except Exception:  # noqa: BLE001 - not a ReduceOp object
+            code = None
+        if code not in _C10D_REDUCE_OPS:
+            raise _Unsupported(f"c10d reduce op {code}")
+        return _C10D_REDUCE_OPS[code]
 
     def emit_collective(
         self,
@@ -1491,27 +1581,44 @@ class _Lowering:
             return None
         return self.tensor(chunks[0]), chunks[1]
 
+    def gather_source(self, node: Any) -> tuple[Any, Any, int] | None:
+        """(collective node, gathered input, group size) when `node` is the result of an
+        all-gather along dim 0: funcol's `all_gather_into_tensor` (or its `wait_tensor`),
+        or the buffer c10d's in-place `_allgather_base_` wrote."""
+        if _collective(node) == "wait_tensor":
+            node = node.args[0]
+        if _collective(node) == "all_gather_into_tensor":
+            size = _gather_size(node)
+            return (node, node.args[0], int(size)) if size is not None else None
+        if getattr(node, "target", None) is operator.getitem and node.args[1] == 0:
+            base = node.args[0]
+            if _op_name(getattr(base, "target", None)) == ("c10d", "_allgather_base_", "default"):
+                size = self.process_group_size(base.args[2])
+                return (base, base.args[1], size) if size is not None else None
+        return None
+
     def folded_all_gather(self, fx_node: Any, dim: int, shape: tuple[int, ...]) -> int | None:
         """One all-gather along `dim` when this `cat` along `dim` joins, in order, the
-        group-size chunks along dim 0 of an `all_gather_into_tensor`: funcol's
-        `all_gather_tensor` with `gather_dim=dim` (DTensor's Shard(dim) -> Replicate)."""
+        group-size chunks along dim 0 of an all-gather: funcol's `all_gather_tensor` with
+        `gather_dim=dim` (DTensor's Shard(dim) -> Replicate), and code that writes the same
+        by hand around `all_gather_into_tensor`."""
         parts = fx_node.args[0]
         chunks = _chunks_of(parts)
         if chunks is None or chunks[1] != 0:
             return None
-        source = _gather_of(chunks[0])
-        if source is None or _gather_size(source) != len(parts) or source not in self.env:
+        source = self.gather_source(chunks[0])
+        if source is None or source[2] != len(parts) or source[0] not in self.env:
             return None
         return self.gather_along(source, dim, shape)
 
     def viewed_all_gather(self, fx_node: Any, shape: tuple[int, ...]) -> int | None:
-        """One all-gather along d when this view of an `all_gather_into_tensor` of x only
-        moves the gathered dim 0 to dim d, x's dims before d being all 1: funcol's view
-        form of `all_gather_tensor` (batch 1, gathered along the sequence)."""
-        source = _gather_of(fx_node.args[0])
-        if source is None or source not in self.env:
+        """One all-gather along d when this view of an all-gather of x only moves the
+        gathered dim 0 to dim d, x's dims before d being all 1: funcol's view form of
+        `all_gather_tensor` (batch 1, gathered along the sequence)."""
+        source = self.gather_source(fx_node.args[0])
+        if source is None or source[0] not in self.env:
             return None
-        local, size = self.shape(self.tensor(source.args[0])), _gather_size(source)
+        local, size = self.shape(self.tensor(source[1])), source[2]
         if len(shape) != len(local):
             return None
         moved = [d for d, (a, b) in enumerate(zip(local, shape, strict=True)) if a != b]
@@ -1522,15 +1629,15 @@ class _Lowering:
             return None
         return self.gather_along(source, dim, shape)
 
-    def gather_along(self, source: Any, dim: int, shape: tuple[int, ...]) -> int:
-        """The all-gather `source` (an `all_gather_into_tensor`) as one along `dim`, with
-        the collective's name and source line."""
-        x = self.tensor(source.args[0])
-        size = int(_gather_size(source))
+    def gather_along(self, source: tuple[Any, Any, int], dim: int, shape: tuple[int, ...]) -> int:
+        """The all-gather `source` as one along `dim`, with the collective's name and
+        source line."""
+        collective, gathered, size = source
+        x = self.tensor(gathered)
         out = self.emit_collective("all_gather", x, shape, self.dtype(x), size, dim=dim)
         node = self.nodes[out]
-        node.name, node.loc = source.name, self.location(source)
-        node.framework_op = str(source.target)
+        node.name, node.loc = collective.name, self.location(collective)
+        node.framework_op = str(collective.target)
         return out
 
     # ---- result
@@ -1561,13 +1668,6 @@ def _collective(node: Any) -> str:
         return ""
     namespace, name, _ = _op_name(node.target)
     return name if namespace in _COLLECTIVE_NAMESPACES else ""
-
-
-def _gather_of(node: Any) -> Any:
-    """The `all_gather_into_tensor` FX node that `node` is (or waits for), else None."""
-    if _collective(node) == "wait_tensor":
-        node = node.args[0]
-    return node if _collective(node) == "all_gather_into_tensor" else None
 
 
 def _gather_size(node: Any) -> Any:
