@@ -199,8 +199,11 @@ def _one_hot_instance(b) -> int:
 # top_k
 
 
+_k_and_part = int_attrs_key("k", "part")
+
+
 def _top_k_key(k: KeyInput, sig) -> list[str]:
-    return int_attrs_key("k", "part")(k, sig) + [f"largest={k.node.attrs.get('largest', True)}"]
+    return _k_and_part(k, sig) + [f"largest={k.node.attrs.get('largest', True)}"]
 
 
 def _top_k(node, args) -> np.ndarray:
