@@ -61,7 +61,13 @@ def _given_relations(
     stated = relations or {}
     outputs = list(stated.get("outputs") or []) or None
     inputs = dict(stated.get("inputs", {}))
-    return RelationsFile("<relations>", None, inputs, outputs, infer_outputs=infer_outputs)
+    sources = stated.get(_SOURCES)
+    return RelationsFile(
+        "<relations>", None, inputs, outputs, infer_outputs=infer_outputs, output_sources=sources
+    )
+
+
+_SOURCES = "output_sources"  # internal: where each output layout came from
 
 
 def _with_placements(
@@ -80,7 +86,11 @@ def _with_placements(
     outputs = [
         given[i] if i < len(given) else (layout or "replicate") for i, layout in enumerate(layouts)
     ]
-    return {**stated, "outputs": outputs}
+    sources = [
+        "relations" if i < len(given) else ("DTensor placement" if layout else "default")
+        for i, layout in enumerate(layouts)
+    ]
+    return {**stated, "outputs": outputs, _SOURCES: sources}
 
 
 def check_equivalent(
@@ -92,6 +102,7 @@ def check_equivalent(
     parallel_inputs: Sequence[Any] | None = None,
     relations: Mapping[str, Any] | None = None,
     rules: str | Path | None = None,
+    tracing_mode: str = "auto",
 ) -> Report:
     """Trace both callables and verify; returns the report whatever the verdict.
 
@@ -104,6 +115,11 @@ def check_equivalent(
     Outputs it does not state must be `replicate`, except that with `parallel_inputs` (a
     program on local shards, such as a `SequenceParallel` block) an output whose shape
     differs from the baseline's takes its layout from the shape ratios, as inputs do.
+
+    Outputs may be any pytree of tensors (a `ModelOutput`, a tuple); each tensor leaf is
+    checked, and a DTensor leaf must have the layout its placements give. `tracing_mode`:
+    "real", "fake" (fake tensors: gets through framework code that branches on data when
+    it sees a tracer) or "auto" (real, then fake for both when real tracing stops).
     """
     from .canonicalize import canonicalize
     from .capture.fx_trace import fake_process_group, trace
@@ -117,8 +133,12 @@ def check_equivalent(
     base_inputs = tuple(example_inputs)
     dist_inputs = base_inputs if parallel_inputs is None else tuple(parallel_inputs)
     base_label, dist_label = _label(baseline_fn, "baseline"), _label(parallel_fn, "parallel")
-    base = canonicalize(graph_from_fx(trace(baseline_fn, base_inputs), base_label))
-    traced = trace(parallel_fn, dist_inputs, across_devices=True)
+    base_gm = trace(baseline_fn, base_inputs, tracing_mode=tracing_mode)
+    traced = trace(parallel_fn, dist_inputs, across_devices=True, tracing_mode=tracing_mode)
+    if base_gm.meta["tracing_mode"] != traced.meta["tracing_mode"]:  # one mode for both,
+        base_gm = trace(baseline_fn, base_inputs, tracing_mode="fake")  # so both decompose
+        traced = trace(parallel_fn, dist_inputs, across_devices=True, tracing_mode="fake")
+    base = canonicalize(graph_from_fx(base_gm, base_label))
     dist = canonicalize(graph_from_fx(traced, dist_label, world_size=chosen.size))
     relations = _with_placements(relations, traced.meta["output_placements"], dist, chosen)
     given = _given_relations(relations, infer_outputs=parallel_inputs is not None)
@@ -135,6 +155,7 @@ def assert_equivalent(
     parallel_inputs: Sequence[Any] | None = None,
     relations: Mapping[str, Any] | None = None,
     rules: str | Path | None = None,
+    tracing_mode: str = "auto",
 ) -> Report:
     """`check_equivalent`, raising AssertionError with the text report unless the verdict is
     `equivalent` (pytest shows the suspects and their source lines). Returns the report."""
@@ -148,6 +169,7 @@ def assert_equivalent(
         parallel_inputs=parallel_inputs,
         relations=relations,
         rules=rules,
+        tracing_mode=tracing_mode,
     )
     if report.verdict != EQUIVALENT:
         raise AssertionError("scalify: not proved equivalent\n" + render(report, "text"))

@@ -38,6 +38,7 @@ def _stdlib_dirs() -> tuple[str, ...]:
 
 
 _STDLIB = _stdlib_dirs()
+_SCALIFY = os.path.dirname(os.path.abspath(__file__)) + os.sep  # the tracer's own frames
 
 
 def _probe(file: str) -> str:
@@ -60,10 +61,12 @@ def is_machinery(file: str) -> bool:
     if file.startswith("<"):
         return True  # <eval_with_key>, <string>: generated code
     inside = package_path(file)
-    probe = "/" + inside if inside is not None else _probe(file)
-    if any(f"/{name}/" in probe or probe.endswith(f"/{name}") for name in _MACHINERY):
-        return True
-    return os.path.isabs(file) and os.path.abspath(file).startswith(_STDLIB)
+    if inside is not None:  # an installed package (site-packages sits inside the stdlib dir)
+        return any(inside.startswith(f"{name}/") for name in _MACHINERY)
+    if any(f"/{name}/" in _probe(file) for name in _MACHINERY):
+        return True  # a source checkout of torch, jax, ...
+    absolute = os.path.abspath(file) if os.path.isabs(file) else ""
+    return absolute.startswith(_STDLIB) or absolute.startswith(_SCALIFY)
 
 
 def is_installed(file: str) -> bool:

@@ -41,6 +41,8 @@ class RelationsFile:
     # differs from the baseline's (a program on local shards returns local shards), as for
     # inputs; otherwise they must be replicate. `scalify.api` sets it with `parallel_inputs`.
     infer_outputs: bool = False
+    # where each output layout came from, when not written in the file (a DTensor placement)
+    output_sources: list[str] | None = None
 
 
 def read_relations_file(path: str) -> RelationsFile:
@@ -237,7 +239,9 @@ def output_relations(
                     f"but there are {len(dist.outputs)} outputs",
                     given.path,
                 )
-            layout, source = parse_layout(given.outputs[index], mesh, given.path), "relations file"
+            layout = parse_layout(given.outputs[index], mesh, given.path)
+            sources = given.output_sources or []
+            source = sources[index] if index < len(sources) else "relations file"
         elif dist_id in dist.output_shardings:
             layout, source = _from_tiles(dist.output_shardings[dist_id], mesh, where), "annotation"
         elif base_id in base.output_shardings:  # an SPMD dump: the global module states it

@@ -36,11 +36,19 @@ Probe = tuple[int, ...]  # a device's coordinates on the root mesh
 
 
 def live_meshes() -> list[Any]:
-    """Every `DeviceMesh` alive in this process (a plan's submeshes included)."""
+    """Every `DeviceMesh` alive in this process over the current job (a plan's submeshes
+    included)."""
+    import torch.distributed as dist
     from torch.distributed.device_mesh import DeviceMesh
 
-    # the type's MRO, not isinstance: isinstance on every live object wakes deprecation hooks
-    return [o for o in gc.get_objects() if DeviceMesh in type(o).__mro__]
+    if not dist.is_initialized():
+        return []
+    world = dist.get_world_size()
+    # the type's MRO, not isinstance: isinstance on every live object wakes deprecation hooks;
+    # meshes of a larger job (an earlier fake process group) are stale
+    return [
+        o for o in gc.get_objects() if DeviceMesh in type(o).__mro__ and o.mesh.numel() <= world
+    ]
 
 
 def root_mesh(meshes: list[Any]) -> Any | None:

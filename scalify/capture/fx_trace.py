@@ -12,7 +12,9 @@ of the function's arguments: the baseline and the distributed program then pair 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Sequence
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -25,17 +27,20 @@ _VIEWS = ("view", "_unsafe_view", "reshape")
 
 def fake_process_group(world: int) -> Any:
     """The default group of a fake `world`-rank job, this process being rank 0 (no launcher:
-    collectives are recorded, never run). Reuses a live group of the same size."""
+    collectives are recorded, never run). Reuses a live group of the same size and replaces
+    a fake one of another size (the meshes made over it are then stale)."""
     import torch.distributed as dist
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
     if dist.is_initialized():
-        if dist.get_world_size() != world:
+        if dist.get_world_size() == world:
+            return dist.group.WORLD
+        if dist.get_backend() != "fake":
             raise RuntimeError(
                 f"a process group of {dist.get_world_size()} ranks already exists; "
                 f"the mesh needs {world}"
             )
-        return dist.group.WORLD
+        dist.destroy_process_group()  # a fake job of another size: start a new one
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
     return dist.group.WORLD
 
@@ -60,20 +65,34 @@ def _local(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.to_local() if hasattr(tensor, "to_local") else tensor
 
 
+TRACING_MODES = ("auto", "real", "fake")
+
+
 def trace(
-    fn: Callable[..., Any], example_inputs: Sequence[Any], *, across_devices: bool = False
+    fn: Callable[..., Any],
+    example_inputs: Sequence[Any],
+    *,
+    across_devices: bool = False,
+    tracing_mode: str = "auto",
 ) -> torch.fx.GraphModule:
     """`fn(*example_inputs)` traced with `make_fx` (stack traces kept), weights as named
     parameters, placeholders named after `fn`'s arguments, returning the tensor leaves of
     what `fn` returns (DTensors as local tensors; their placements in
     `gm.meta["output_placements"]`, see placements.py). `across_devices`: the program is
     one rank's of a DTensor job; numbers it computed from the rank become expressions over
-    the device's coordinates (device_probe.py)."""
+    the device's coordinates (device_probe.py).
+
+    `tracing_mode`: "real" runs the program on the example inputs; "fake" on fake tensors
+    of their shapes, which gets through framework code that branches on data when it sees a
+    tracer (transformers' mask helpers); "auto" tries real, then fake when the program
+    reads a value from a traced tensor."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
     from .device_probe import trace_on_devices
     from .placements import Placed, tensor_leaves
 
+    if tracing_mode not in TRACING_MODES:
+        raise ValueError(f"tracing_mode must be one of {TRACING_MODES}, not {tracing_mode!r}")
     inputs = tuple(example_inputs)
     placed: list[Placed] = []
 
@@ -81,13 +100,31 @@ def trace(
         placed.clear()
         return tensor_leaves(fn(*args), placed)
 
-    def make() -> torch.fx.GraphModule:
-        return make_fx(leaves, record_stack_traces=True)(*inputs)
+    def make_in(mode: str) -> torch.fx.GraphModule:
+        options = {"tracing_mode": "fake", "_allow_non_fake_inputs": True} if mode == "fake" else {}
+        with _quiet("torch._subclasses.fake_tensor"):  # it logs each failure it re-raises
+            return make_fx(leaves, record_stack_traces=True, **options)(*inputs)
 
-    gm = make()
+    modes = ("real", "fake") if tracing_mode == "auto" else (tracing_mode,)
+    for mode in modes:
+        try:
+            gm = make_in(mode)
+            break
+        except Exception as exc:  # noqa: BLE001 - a framework's error, reported with its line
+            if mode != modes[-1] and _reads_traced_data(exc):
+                continue
+            raise tracing_error(fn, exc) from exc
+
+    def make() -> torch.fx.GraphModule:
+        try:
+            return make_in(mode)
+        except Exception as exc:  # noqa: BLE001 - as above, for the other devices' traces
+            raise tracing_error(fn, exc) from exc
+
     if across_devices:
         gm = trace_on_devices(make, gm)
     gm.meta["output_placements"] = list(placed)
+    gm.meta["tracing_mode"] = mode
     names: dict[int, str] = {}
     if isinstance(fn, nn.Module):
         for name, tensor in [*fn.named_parameters(), *fn.named_buffers()]:
@@ -112,6 +149,65 @@ def trace(
     gm.graph.lint()
     gm.recompile()
     return gm
+
+
+@contextmanager
+def _quiet(logger: str) -> Iterator[None]:
+    log = logging.getLogger(logger)
+    level = log.level
+    log.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
+def _reads_traced_data(exc: BaseException) -> bool:
+    """Whether tracing stopped because the program read a value out of a traced tensor (a
+    Python branch on data), which fake tensors get through where frameworks check for them."""
+    text = f"{type(exc).__name__}: {exc}"
+    return any(
+        marker in text
+        for marker in ("_local_scalar_dense", "data-dependent", "DataDependent", "item()")
+    )
+
+
+def tracing_error(fn: Callable[..., Any], exc: BaseException) -> Exception:
+    """A `ScalifyError` saying where in the model tracing stopped and why."""
+    import traceback
+
+    from scalify.errors import ScalifyError
+    from scalify.frames import is_machinery, pick_location
+    from scalify.ir import SourceLoc
+
+    chain: list[BaseException] = []  # the error and what it was raised from, outermost first
+    current: BaseException | None = exc
+    while current is not None and current not in chain:
+        chain.append(current)
+        current = current.__cause__ or current.__context__
+    loc = None
+    for error in chain:  # the deepest report of a frame in model code wins
+        frames = [
+            SourceLoc(f.filename, f.lineno or 0, f.name)
+            for f in reversed(traceback.extract_tb(error.__traceback__))
+        ]
+        if any(not is_machinery(f.file) for f in frames):
+            loc = pick_location(frames)
+    where = f" in {loc.function}" if loc and loc.function else ""
+    if loc is not None and loc.call_site is not None:
+        where += f" (called from {loc.call_site})"
+    first = (str(exc).strip().splitlines() or [""])[0][:300]
+    name = getattr(fn, "__qualname__", None) or type(fn).__qualname__
+    return ScalifyError(
+        f"cannot trace {name}{where}: {type(exc).__name__}: {first}",
+        loc.file if loc else "",
+        loc.line if loc else 0,
+        notes=[
+            "Scalify traces the program with make_fx; code that branches on tensor values "
+            "or calls ops make_fx cannot record stops here (tracing_mode='fake' gets "
+            "through framework code that checks for tracing)"
+        ],
+    )
 
 
 def _aten(node: Any, *names: str) -> bool:

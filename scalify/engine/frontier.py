@@ -181,11 +181,14 @@ def _explain(
         # be a share of the value that a missing rule would account for.
         if any(kinds) and not all(kinds) and all(operand_layouts):
             axis = sorted(_partial_axes(operand_layouts[kinds.index(True)]))[0]
+            made = _partial_made_at(node.operands[kinds.index(True)], axis, dist, proven)
             return (
                 f"{node.op} of a partial sum over {axis} and a complete value: the complete "
                 f"value is counted {mesh.axis_size(axis)} times once the partial sum is "
                 f"reduced (a bias added before the all-reduce, or an all-reduce over {axis} "
-                "missing before this op)",
+                "missing before this op"
+                + (f": the partial sum is the {made}" if made else "")
+                + ")",
                 True,
             )
     if node.op in (
@@ -201,10 +204,16 @@ def _explain(
         "pow",
     ) and partial_ops.get("sum"):
         axis = partial_ops["sum"]
+        partial = next(
+            o
+            for o, lays in zip(node.operands, operand_layouts, strict=True)
+            if axis in _partial_axes(lays)
+        )
+        made = _partial_made_at(partial, axis, dist, proven)
         return (
             f"{node.op} of a partial sum over {axis}: it is not linear, so each device's "
             f"part gives a wrong result; an all-reduce over {axis} is missing before "
-            "this op",
+            "this op" + (f" (the partial sum is the {made})" if made else ""),
             True,
         )
     shards = [p for lays in operand_layouts[:1] for lay in lays for p in lay if p.kind == "shard"]
@@ -379,6 +388,22 @@ def _sharded_at(node_id: int, dist: Graph, proven: Proven) -> str:
     )
 
 
+def _partial_made_at(node_id: int, axis: str, dist: Graph, proven: Proven) -> str:
+    """Where a partial sum over `axis` was made: the nearest op upstream whose result is one
+    while its operands are not (a row-parallel dot, a masked lookup), as `op at file:line`.
+    A missing all-reduce has no line of its own; this is the value it should have reduced."""
+
+    def is_partial(i: int) -> bool:
+        return axis in _partial_axes(_layouts(i, proven))
+
+    def origin(node: Node) -> str:
+        if node.loc is None or any(is_partial(o) for o in node.operands):
+            return ""
+        return f"{node.op} at {node.loc.file}:{node.loc.line}"
+
+    return _nearest_upstream(node_id, dist, origin, is_partial)
+
+
 def _has_shard(layout: Layout) -> bool:
     return any(p.kind == "shard" for p in layout)
 
@@ -476,9 +501,12 @@ def _judged_by_pieces(dist: Graph, proven: Proven, replicated: set[int]) -> set[
                 return False
         return True
 
+    def from_related(node: Node) -> bool:  # else the break is upstream, not in the pieces
+        return all(o in result or related(o, dist, proven, replicated) for o in node.operands)
+
     for node in dist.nodes.values():
         if node.id not in proven and node.id not in replicated and node.op in _FUSED_PATH:
-            if pieces_only(node.id, 0):
+            if pieces_only(node.id, 0) and from_related(node):
                 result.add(node.id)
     return result
 

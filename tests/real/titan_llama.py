@@ -1,0 +1,113 @@
+"""torchtitan's own Llama3, built and parallelised as torchtitan does it, for the tests.
+
+The model is torchtitan 0.3.0's `Llama3Model` (fused QKV, complex RoPE, GQA, torchtitan's
+own vocab-parallel embedding), shrunk to a few layers of width 64, random weights. Its
+tensor-parallel plan is torchtitan's: `set_llama3_sharding_config` fills the sharding of
+every sub-config (what `Llama3Model.Config.update_from_config` does in the trainer), and
+`model.parallelize(parallel_dims)` applies it (what `parallelize_llama` does). Attention is
+torchtitan's `ScaledDotProductAttention` (its default for language models is FlexAttention,
+which is `torch.compile`d and cannot be traced with make_fx). The forward runs inside
+torchtitan's `get_spmd_context`, as the trainer runs it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+SEQ, VOCAB = 8, 256
+
+
+def build(
+    tp: int,
+    *,
+    sp: bool = False,
+    backend: str = "spmd_types",
+    heads: int = 4,
+    kv_heads: int = 2,
+    fuse_qkv: bool = True,
+    plan_edit: Callable[[Any], None] | None = None,
+) -> tuple[torch.nn.Module, torch.nn.Module, Any, Callable[[], contextlib.AbstractContextManager]]:
+    """(baseline, parallel model, device mesh, context to run the forward in).
+    `plan_edit(config)` changes the plan after torchtitan filled it (a planted bug)."""
+    import torchtitan.distributed.parallel_dims as parallel_dims_module
+    import torchtitan.tools.utils as tools
+    from torchtitan.config import ParallelismConfig
+    from torchtitan.distributed import ParallelDims
+    from torchtitan.distributed.utils import get_spmd_context
+    from torchtitan.models.common import (
+        ComplexRoPE,
+        Embedding,
+        Linear,
+        RMSNorm,
+        compute_ffn_hidden_dim,
+    )
+    from torchtitan.models.common.attention import ScaledDotProductAttention
+    from torchtitan.models.llama3 import (
+        _EMBEDDING_INIT,
+        _NORM_INIT,
+        Llama3Model,
+        _build_llama3_layers,
+        _output_linear_init,
+    )
+    from torchtitan.models.llama3.sharding import set_llama3_sharding_config
+
+    from scalify.api import fake_mesh
+
+    mesh = fake_mesh(f"tp={tp}")
+    parallel_dims_module.device_type = tools.device_type = "cpu"  # it picks cuda otherwise
+    dim = 64
+    config = Llama3Model.Config(
+        dim=dim,
+        vocab_size=VOCAB,
+        tok_embeddings=Embedding.Config(
+            num_embeddings=VOCAB, embedding_dim=dim, param_init=_EMBEDDING_INIT
+        ),
+        norm=RMSNorm.Config(normalized_shape=dim, param_init=_NORM_INIT),
+        lm_head=Linear.Config(
+            in_features=dim, out_features=VOCAB, param_init=_output_linear_init(dim)
+        ),
+        layers=_build_llama3_layers(
+            fuse_qkv=fuse_qkv,
+            n_layers=2,
+            dim=dim,
+            n_heads=heads,
+            n_kv_heads=kv_heads,
+            hidden_dim=compute_ffn_hidden_dim(dim, multiple_of=64),
+            rope=ComplexRoPE.Config(
+                dim=dim // heads, max_seq_len=64, theta=500000, scaling="llama"
+            ),
+            attn_backend="flex",
+        ),
+    )
+    for layer in config.layers:
+        layer.attention.inner_attention = ScaledDotProductAttention.Config()
+    set_llama3_sharding_config(config, enable_sp=sp)
+    if plan_edit is not None:
+        plan_edit(config)
+    torch.manual_seed(0)
+    model = config.build()
+    with torch.no_grad():
+        model.init_states(buffer_device=torch.device("cpu"))
+    model.eval()
+    baseline = copy.deepcopy(model)
+    parallelism = ParallelismConfig(
+        tensor_parallel_degree=tp, enable_sequence_parallel=sp, spmd_backend=backend
+    )
+    parallel_dims = ParallelDims.from_config(parallelism, world_size=tp)
+    model.parallelize(parallel_dims)
+
+    @contextlib.contextmanager
+    def context() -> Iterator[None]:
+        with get_spmd_context(parallel_dims=parallel_dims)():
+            yield
+
+    return baseline, model, mesh, context
+
+
+def tokens() -> torch.Tensor:
+    return torch.randint(0, VOCAB, (2, SEQ), generator=torch.Generator().manual_seed(1))
