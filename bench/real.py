@@ -1,0 +1,123 @@
+"""Real frameworks' models: how long Scalify takes on each, traced as users trace them.
+
+    python bench/real.py [--out bench/real_results.json]
+
+One row per model of tests/real (torchtitan's Llama3 with its TP plan, transformers'
+LlamaForCausalLM with DistributedConfig): the whole `check_equivalent` call (tracing both
+programs, the device probes, proving) and the prove phase alone, side by side, plus the
+ratio tp 4 / tp 2 (the proof must not grow with the parallel degree). Needs the `real`
+extra (tests/real/README.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests" / "real"))
+
+
+def torchtitan_rows() -> list[tuple[str, float, float, str]]:
+    from titan_llama import build, tokens
+
+    from scalify.api import check_equivalent
+
+    rows = []
+    for tp, sp, heads, kv in ((2, False, 4, 2), (2, True, 4, 2), (4, False, 8, 4), (4, True, 8, 4)):
+        baseline, model, mesh, context = build(tp, sp=sp, heads=heads, kv_heads=kv)
+        start = time.perf_counter()
+        with context():
+            report = check_equivalent(
+                baseline,
+                model,
+                mesh=mesh,
+                example_inputs=(tokens(),),
+                relations={"outputs": ["shard(2, tp)"]},
+            )
+        total = time.perf_counter() - start
+        name = f"torchtitan llama3 tp={tp}{' sp' if sp else ''}"
+        rows.append((name, total, report.stats["seconds"].get("prove", 0.0), report.verdict))
+    return rows
+
+
+def transformers_rows() -> list[tuple[str, float, float, str]]:
+    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers.distributed import DistributedConfig
+
+    from scalify.api import check_equivalent, fake_mesh
+
+    rows = []
+    with tempfile.TemporaryDirectory() as folder:
+        config = LlamaConfig(
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            vocab_size=256,
+            max_position_embeddings=64,
+            tie_word_embeddings=False,
+        )
+        torch.manual_seed(0)
+        LlamaForCausalLM(config).save_pretrained(folder)
+        mesh = fake_mesh("tp=2")
+        baseline = LlamaForCausalLM.from_pretrained(folder).eval()
+        model = LlamaForCausalLM.from_pretrained(
+            folder, distributed_config=DistributedConfig(tp_size=2)
+        ).eval()
+        ids = torch.randint(0, 256, (2, 8))
+        for grad in (True, False):
+            start = time.perf_counter()
+            with torch.set_grad_enabled(grad):
+                report = check_equivalent(baseline, model, mesh=mesh, example_inputs=(ids,))
+            total = time.perf_counter() - start
+            name = f"transformers llama tp=2 {'grad' if grad else 'no_grad'}"
+            rows.append((name, total, report.stats["seconds"].get("prove", 0.0), report.verdict))
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=str(REPO / "bench" / "real_results.json"))
+    args = parser.parse_args()
+    rows = torchtitan_rows() + transformers_rows()
+    print(f"{'model':36s} {'verify s':>9s} {'prove s':>8s}  verdict")
+    for name, total, prove, verdict in rows:
+        print(f"{name:36s} {total:9.2f} {prove:8.2f}  {verdict}")
+    by_name = {name: total for name, total, _, _ in rows}
+    ratios = {
+        "torchtitan tp4/tp2": by_name["torchtitan llama3 tp=4"] / by_name["torchtitan llama3 tp=2"],
+        "torchtitan sp tp4/tp2": by_name["torchtitan llama3 tp=4 sp"]
+        / by_name["torchtitan llama3 tp=2 sp"],
+    }
+    for name, value in ratios.items():
+        print(f"ratio {name}: {value:.2f}")
+    Path(args.out).write_text(
+        json.dumps(
+            {
+                "models": [
+                    {
+                        "model": n,
+                        "verify_seconds": round(t, 3),
+                        "prove_seconds": round(p, 3),
+                        "verdict": v,
+                    }
+                    for n, t, p, v in rows
+                ],
+                "ratios": {k: round(v, 3) for k, v in ratios.items()},
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+
+
+if __name__ == "__main__":
+    main()
