@@ -102,8 +102,18 @@ class Rule:
 
 
 @dataclass(frozen=True)
+class CustomCallDecl:
+    """`custom_call "Target" = meaning(0, 1)`: what a custom-call target computes."""
+
+    target: str
+    meaning: App
+    span: Span
+
+
+@dataclass(frozen=True)
 class RuleFile:
     path: str
     text: str
     families: tuple[Family, ...]
     rules: tuple[Rule, ...]
+    custom_calls: tuple[CustomCallDecl, ...] = ()

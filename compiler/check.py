@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from scalify.custom_calls import MEANINGS, CustomCall
 from scalify.errors import ScalifyError, line_of
 
 from .ast import (
@@ -404,6 +405,53 @@ class RuleChecker:
                 _span(value), "the first argument of a dim function names one op of the match"
             )
         return apps[0]
+
+
+def check_custom_calls(files: list[RuleFile]) -> dict[str, CustomCall]:
+    """Each `custom_call` declaration names a known meaning with one operand position per
+    argument it takes, and each target is declared once across the rule set."""
+    declared: dict[str, CustomCall] = {}
+    for rule_file in files:
+        text = rule_file.text
+        for decl in rule_file.custom_calls:
+            meaning = decl.meaning
+            where = f"{decl.span.path}:{decl.span.line}"
+
+            def fail(span: Span, message: str, *notes: str, text: str = text) -> ScalifyError:
+                return error_at(span, text, message, *notes)
+
+            if decl.target in declared:
+                raise fail(
+                    decl.span,
+                    f"custom call `{decl.target}` is declared twice",
+                    f"first declared at {declared[decl.target].where}",
+                )
+            if meaning.name not in MEANINGS:
+                known = ", ".join(f"{n}({', '.join(m.operands)})" for n, m in MEANINGS.items())
+                raise fail(
+                    meaning.span,
+                    f"unknown custom-call meaning `{meaning.name}`",
+                    f"expected one of: {known}",
+                )
+            wanted = MEANINGS[meaning.name].operands
+            if meaning.attrs:
+                raise fail(meaning.span, f"`{meaning.name}` takes no attributes")
+            if len(meaning.args) != len(wanted):
+                raise fail(
+                    meaning.span,
+                    f"`{meaning.name}` takes {len(wanted)} operand position(s) "
+                    f"({', '.join(wanted)}), not {len(meaning.args)}",
+                )
+            for arg in meaning.args:
+                if not isinstance(arg, IntLit) or arg.value < 0:
+                    raise fail(
+                        getattr(arg, "span", meaning.span),
+                        f"`{meaning.name}`'s arguments are operand positions of the call "
+                        "(0, 1, ...)",
+                    )
+            positions = tuple(arg.value for arg in meaning.args)
+            declared[decl.target] = CustomCall(decl.target, meaning.name, positions, where)
+    return declared
 
 
 def check_rule_set(files: list[RuleFile]) -> dict[str, list[RuleInfo]]:

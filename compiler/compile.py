@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from scalify.custom_calls import CustomCall
 from scalify.errors import ScalifyError, line_of
 
-from .check import check_rule_set, error_at
+from .check import check_custom_calls, check_rule_set, error_at
 from .emit import emit_families, emit_rules
 from .lower import EggRule, lower_rule
 from .parse import parse_rule_text
@@ -25,6 +26,8 @@ class CompiledRuleFile:
 class CompiledRuleSet:
     files: list[CompiledRuleFile]
     families: dict[str, tuple[str, ...]]
+    # what each declared custom-call target means (scalify/custom_calls.py)
+    custom_calls: dict[str, CustomCall] = field(default_factory=dict)
 
     @property
     def rules(self) -> list[EggRule]:
@@ -53,13 +56,26 @@ def compile_texts(sources: list[tuple[str, str]]) -> CompiledRuleSet:
     """Compile (path, text) pairs as one rule set."""
     parsed = [parse_rule_text(text, path) for path, text in sources]
     infos = check_rule_set(parsed)
+    custom_calls = check_custom_calls(parsed)
     families = {f.name: f.members for p in parsed for f in p.families}
     files = []
     for rule_file in parsed:
         lowered = [egg for info in infos[rule_file.path] for egg in lower_rule(info)]
-        files.append(CompiledRuleFile(rule_file.path, lowered, emit_rules(rule_file.path, lowered)))
+        text = emit_rules(rule_file.path, lowered) + _declarations_text(rule_file, custom_calls)
+        files.append(CompiledRuleFile(rule_file.path, lowered, text))
     _refuse_shadowed(files, dict(sources))
-    return CompiledRuleSet(files, families)
+    return CompiledRuleSet(files, families, custom_calls)
+
+
+def _declarations_text(rule_file, custom_calls: dict[str, CustomCall]) -> str:
+    """A file's custom-call declarations as they compiled, as comments of its egglog text (no
+    egglog rule: they are expanded before the e-graph), so its golden file shows them."""
+    lines = [
+        f";; custom call {c.target!r} = {c.meaning}({', '.join(map(str, c.operands))})"
+        for decl in rule_file.custom_calls
+        for c in [custom_calls[decl.target]]
+    ]
+    return "".join(line + "\n" for line in lines)
 
 
 def compile_rule_dir(directory: str | Path) -> CompiledRuleSet:

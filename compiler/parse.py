@@ -13,6 +13,7 @@ from scalify.errors import ScalifyError, line_of
 from .ast import (
     App,
     Comparison,
+    CustomCallDecl,
     Equation,
     Family,
     IntLit,
@@ -123,6 +124,11 @@ class _ToAst(Transformer):
             span=self._span(meta),
         )
 
+    @v_args(meta=True)
+    def custom_call(self, meta, children) -> CustomCallDecl:
+        target, meaning = children
+        return CustomCallDecl(str(target)[1:-1], meaning, self._span(meta))
+
     def start(self, children):
         return children
 
@@ -159,4 +165,5 @@ def parse_rule_text(text: str, path: str) -> RuleFile:
     items = _ToAst(path, text).transform(tree)
     families = tuple(i for i in items if isinstance(i, Family))
     rules = tuple(i for i in items if isinstance(i, Rule))
-    return RuleFile(path, text, families, rules)
+    custom_calls = tuple(i for i in items if isinstance(i, CustomCallDecl))
+    return RuleFile(path, text, families, rules, custom_calls)

@@ -176,7 +176,10 @@ def _rewrite(select: Node, block: Block, lookup: Node, graph: Graph, next_id: in
     index_shape = nodes[lookup.operands[1]].shape
     new = NewNodes(select, next_id)
     index, dtype = block.index, nodes[block.index].dtype
-    if nodes[index].shape != index_shape:
+    viewed = [i for i in _reshaped_from(nodes, index) if nodes[i].shape == index_shape]
+    if viewed:  # the index as it was before a unit dim came or went: no reshape back
+        index = viewed[0]
+    elif nodes[index].shape != index_shape:
         index = new.add("reshape", (index,), index_shape, dtype, {})
     attrs = {"size": block.size}
     offset = new.add("block_offset", (index, block.coord), index_shape, dtype, attrs)
@@ -193,6 +196,14 @@ def _rewrite(select: Node, block: Block, lookup: Node, graph: Graph, next_id: in
     if lookup.shape != select.shape:
         new.add("reshape", (result,), select.shape, select.dtype, {})
     return new.nodes
+
+
+def _reshaped_from(nodes: dict[int, Node], node_id: int) -> list[int]:
+    """The node and what it is a reshape of, down the chain (same values, same order)."""
+    chain = [node_id]
+    while nodes[chain[-1]].op == "reshape":
+        chain.append(nodes[chain[-1]].operands[0])
+    return chain
 
 
 def _is_zero_fill(nodes: dict[int, Node], node_id: int) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from .all_to_all import fold_tiled_all_to_all
 from .block_lookup import fold_block_lookups
+from .device_tables import fold_device_tables
 from .int_ranges import fold_int_ranges
 from .ir import Graph, Node
 from .one_hot import fold_one_hots
@@ -145,6 +146,7 @@ def canonicalize(graph: Graph) -> Graph:
     """Drop identity ops, fold reshape chains, split reshapes into merge/split steps, and
     prune what no output uses."""
     fold_tiled_all_to_all(graph)
+    fold_device_tables(graph)
     _fold(graph)
     fold_static_indices(graph)
     ranges = fold_int_ranges(graph)
@@ -284,6 +286,9 @@ def _fold(graph: Graph) -> Graph:
         node.operands = operands
         if operands and _only_adds_unit_dims(node, nodes[operands[0]]):
             node.op, node.attrs = "reshape", {}
+        if node.op == "reduce" and len(operands) == 1:  # over dims of size 1: a reshape
+            if all(nodes[operands[0]].shape[d] == 1 for d in node.attrs["dims"]):
+                node.op, node.attrs = "reshape", {}
         if len(operands) == 1 and is_identity(node, nodes[operands[0]]):
             alias[node.id] = operands[0]
             return

@@ -56,6 +56,15 @@ def package_path(file: str) -> str | None:
     return None
 
 
+def _source_checkout_path(file: str) -> str | None:
+    """The path of `file` below the `src/` folder of a source checkout in src layout
+    (`.../transformers-neuronx/src/transformers_neuronx/decoder.py` ->
+    `transformers_neuronx/decoder.py`), or None."""
+    probe = _probe(file)
+    at = probe.rfind("/src/")
+    return probe[at + 5 :] if at >= 0 and os.path.isabs(file) else None
+
+
 def is_machinery(file: str) -> bool:
     """A frame of the tracer, the numeric library, the standard library or generated code."""
     if file.startswith("<"):
@@ -85,7 +94,7 @@ def display_path(file: str, cwd: str) -> str:
     absolute = os.path.abspath(file)
     if absolute == cwd or absolute.startswith(cwd.rstrip(os.sep) + os.sep):
         return os.path.relpath(absolute, cwd).replace(os.sep, "/")
-    return file
+    return _source_checkout_path(file) or file
 
 
 def pick_location(frames: list[SourceLoc], cwd: str | None = None) -> SourceLoc | None:
@@ -97,8 +106,11 @@ def pick_location(frames: list[SourceLoc], cwd: str | None = None) -> SourceLoc 
     cwd = cwd or os.getcwd()
     chosen = next((f for f in frames if not is_machinery(f.file)), frames[0])
     site = None
-    if package_path(chosen.file) is not None:
-        user = next((f for f in frames if not is_installed(f.file)), None)
-        if user is not None:
-            site = SourceLoc(display_path(user.file, cwd), user.line, user.function)
+    if package_path(chosen.file) is not None:  # the user's line that called the library
+        site = next((f for f in frames if not is_installed(f.file)), None)
+    elif _source_checkout_path(chosen.file) is not None:  # a library's source: its caller
+        outer = frames[frames.index(chosen) + 1 :]
+        site = next((f for f in outer if f.file != chosen.file), None)
+    if site is not None:
+        site = SourceLoc(display_path(site.file, cwd), site.line, site.function)
     return SourceLoc(display_path(chosen.file, cwd), chosen.line, chosen.function, site)

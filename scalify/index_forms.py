@@ -176,8 +176,8 @@ class IndexReader:
             value = as_int(node.attrs.get("value"))
             return None if value is None else ({}, value)
         ops = [self.affine(o) for o in node.operands]
-        if node.op == "broadcast" and not self.nodes[node.operands[0]].shape:
-            return ops[0]
+        if node.op in ("broadcast", "reshape") and _one_element(self.nodes[node.operands[0]]):
+            return ops[0]  # every element is the operand's one value
         if node.op == "convert" and is_int_dtype(self.nodes[node.operands[0]].dtype):
             return ops[0]
         if node.op in ("add", "sub") and None not in ops:
@@ -241,6 +241,10 @@ class IndexReader:
     def _constant(self, node_id: int) -> int | None:
         form = self.affine(node_id)
         return form[1] if form is not None and not form[0] else None
+
+
+def _one_element(node: Node) -> bool:
+    return all(n == 1 for n in node.shape)
 
 
 def _negated_half_line(

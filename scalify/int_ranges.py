@@ -195,8 +195,8 @@ def _range(
         ranges.get(o) or (_dtype_bounds(nodes[o].dtype) if is_int_dtype(nodes[o].dtype) else None)
         for o in ops
     ]
-    if op == "constant" and not node.shape:
-        value = as_int(node.attrs.get("value"))
+    if op == "constant" and all(n == 1 for n in node.shape):  # one value: `7` or `{7}`
+        value = as_int(str(node.attrs.get("value")).strip("{} "))
         return None if value is None else (value, value)
     if op == "parameter":
         return node.attrs.get("assumed_range", _dtype_bounds(node.dtype))

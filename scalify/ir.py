@@ -8,6 +8,7 @@ looks at framework syntax. The canonical ops themselves are declared in `scalify
 
 from __future__ import annotations
 
+from collections import ChainMap
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -113,19 +114,25 @@ def is_scalar_fill(node: Node, node_of: Callable[[int], Node]) -> bool:
 
 def replace_nodes(graph: Graph, rewrite: Callable[[Node, int], list[Node]]) -> None:
     """Replace each node that `rewrite(node, next_id)` gives new nodes for (in graph order,
-    operands first) by the last of them, keeping the graph's order topological."""
+    operands first) by the last of them, keeping the graph's order topological. While it
+    runs, `graph.nodes` also finds the nodes made so far (a node's operands may be one)."""
     nodes: dict[int, Node] = {}
     alias: dict[int, int] = {}
-    next_id = max(graph.nodes, default=-1) + 1
-    for node in graph.nodes.values():
-        node.operands = tuple(alias.get(o, o) for o in node.operands)
-        new = rewrite(node, next_id)
-        if not new:
-            nodes[node.id] = node
-            continue
-        next_id += len(new)
-        nodes.update({n.id: n for n in new})
-        alias[node.id] = new[-1].id
+    original = graph.nodes
+    next_id = max(original, default=-1) + 1
+    graph.nodes = ChainMap(nodes, original)  # type: ignore[assignment]
+    try:
+        for node in list(original.values()):
+            node.operands = tuple(alias.get(o, o) for o in node.operands)
+            new = rewrite(node, next_id)
+            if not new:
+                nodes[node.id] = node
+                continue
+            next_id += len(new)
+            nodes.update({n.id: n for n in new})
+            alias[node.id] = new[-1].id
+    finally:
+        graph.nodes = original
     graph.nodes = nodes
     graph.outputs = [alias.get(o, o) for o in graph.outputs]
     graph.equalities = [(alias.get(a, a), alias.get(b, b)) for a, b in graph.equalities]

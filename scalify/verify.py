@@ -7,9 +7,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .canonicalize import canonicalize
 from .chunk_axes import CHUNK_AXIS, lift_chunk_axis
 from .compiler.compile import CompiledRuleSet, compile_rule_dir
 from .compiler.lower import rule_name
+from .custom_calls import undeclared_note
 from .engine.decode import read_proof
 from .engine.egraph import EGraphSession, RunStats
 from .engine.encode import (
@@ -100,6 +102,8 @@ def verify_graphs(
     limits = limits or Limits()
     timings = dict(timings or {})
     inputs = input_relations(base, dist, mesh, given)
+    if inherit_assumed_ranges(base, dist, inputs):
+        dist = canonicalize(dist)  # the distributed graph's lookup guards fold now too
     outputs = output_relations(base, dist, mesh, given)
 
     start = time.perf_counter()
@@ -133,9 +137,12 @@ def verify_graphs(
     if stats.limit:
         notes.append(f"saturation stopped early: {stats.limit}; the verdict may be incomplete")
     notes += assumption_notes(base)
-    opaque = sorted({n.attrs.get("hlo_op", "?") for g in (base, dist) for n in g.opaque_nodes()})
+    opaque_nodes = [n for g in (base, dist) for n in g.opaque_nodes()]
+    opaque = sorted({n.attrs.get("hlo_op", "?") for n in opaque_nodes})
     if opaque:
         notes.append(f"opaque ops (no semantics, matched only to themselves): {', '.join(opaque)}")
+    if custom := undeclared_note(opaque_nodes):
+        notes.append(custom)
     if verdict == UNKNOWN and not stats.limit:
         notes.append(
             "not proved, and no counterexample: a rule may be missing "
@@ -443,6 +450,25 @@ def _suspect(node, reason: str, operands: list[str]) -> Suspect:
     )
 
 
+def inherit_assumed_ranges(base: Graph, dist: Graph, inputs: list[Relation]) -> bool:
+    """Give each distributed input the range assumed of its baseline input (a lookup index
+    in the table's rows, int_ranges.py), when it holds the same values (replicated or a
+    block of them). The verdict rests on the baseline's assumption alone, which the report
+    prints; this lets the distributed graph's own guards around a partitioned lookup (XLA's
+    clamp and negative-index wrap) fold the way the baseline's did. Returns whether any
+    input got a range it did not have."""
+    changed = False
+    for relation in inputs:
+        bounds = base.node(relation.base_id).attrs.get("assumed_range")
+        if bounds is None or any(p.kind != "shard" for p in relation.layout):
+            continue
+        node = dist.node(relation.dist_id)
+        if node.attrs.get("assumed_range") != bounds:
+            node.attrs["assumed_range"] = bounds
+            changed = True
+    return changed
+
+
 def assumption_notes(base: Graph) -> list[str]:
     """What the verdict assumes about the inputs (lookup indices in range: int_ranges.py)."""
     return [
@@ -467,8 +493,8 @@ def verify_files(
     rules = compile_rule_dir(rules_dir)
     timings["compile_rules"] = time.perf_counter() - start
     start = time.perf_counter()
-    base = load_graph(baseline)
-    dist = load_graph(distributed)
+    base = load_graph(baseline, rules.custom_calls)
+    dist = load_graph(distributed, rules.custom_calls)
     timings["load"] = time.perf_counter() - start
     given = read_relations_file(relations) if relations else None
     chosen = choose_mesh(mesh, dist, given)

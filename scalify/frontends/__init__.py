@@ -5,25 +5,27 @@ from __future__ import annotations
 from pathlib import Path
 
 from scalify.canonicalize import canonicalize
+from scalify.custom_calls import CustomCall, expand_custom_calls
 from scalify.errors import ScalifyError
 from scalify.ir import Graph
 
 
-def load_graph(path: str) -> Graph:
-    """Load a graph file, choosing the frontend from its content."""
+def load_graph(path: str, custom_calls: dict[str, CustomCall] | None = None) -> Graph:
+    """Load a graph file, choosing the frontend from its content; `custom_calls` are the
+    rule files' declared meanings of custom-call targets (scalify/custom_calls.py)."""
     file = Path(path)
     if not file.is_file():
         raise ScalifyError(f"graph file not found: {path}", path)
     if file.suffix == ".pt2":  # a torch.export.save archive (zip): the FX frontend
         from .fx import load_fx
 
-        return canonicalize(load_fx(path))
+        return canonicalize(load_fx(path))  # an FX program holds no custom calls
     try:
         text = file.read_text()
     except (OSError, UnicodeDecodeError) as err:
         raise ScalifyError(f"cannot read graph file: {err}", path) from None
     if text.lstrip().startswith("HloModule"):
-        return parse_graph_text(text, path)
+        return parse_graph_text(text, path, custom_calls)
     raise ScalifyError(
         "unrecognised graph file: expected HLO text starting with `HloModule`",
         path,
@@ -33,8 +35,13 @@ def load_graph(path: str) -> Graph:
     )
 
 
-def parse_graph_text(text: str, path: str) -> Graph:
-    """HLO text to canonical IR (what every consumer of graphs should call)."""
+def parse_graph_text(
+    text: str, path: str, custom_calls: dict[str, CustomCall] | None = None
+) -> Graph:
+    """HLO text to canonical IR (what every consumer of graphs should call), declared
+    custom calls replaced by their meaning first."""
     from .hlo import parse_hlo
 
-    return canonicalize(parse_hlo(text, path))
+    graph = parse_hlo(text, path)
+    expand_custom_calls(graph, custom_calls or {})
+    return canonicalize(graph)

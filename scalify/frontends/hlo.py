@@ -644,6 +644,20 @@ def _frontend_attr(raw: str, key: str) -> str | None:
 _META_RE = re.compile(r'([\w.\-]+)=("(?:[^"\\]|\\.)*"|[^\s}]+)')
 
 
+_STACK_FRAME_RE = re.compile(r"""['"]([^'"]+?):(\d+)['"]""")
+
+
+def _stack_in_source_file(source_file: str) -> SourceLoc | None:
+    """The op's place when `source_file` holds the whole Python stack as a quoted list of
+    `'file:line'`, outermost first (torch-neuronx writes `<driver>\\n----\\n[...]` there,
+    with the driver's line as `source_line` for every op); None for a plain file name."""
+    start = source_file.find("[")
+    if start < 0 or not source_file.rstrip().endswith("]"):
+        return None
+    frames = [SourceLoc(f, int(n)) for f, n in _STACK_FRAME_RE.findall(source_file[start:])]
+    return pick_location(list(reversed(frames)))
+
+
 def _metadata(raw: str) -> dict[str, str]:
     return {k: _unquote(v) if v.startswith('"') else v for k, v in _META_RE.findall(raw)}
 
@@ -1092,6 +1106,8 @@ class _Lowering:
         frame = fields.get("stack_frame_id")
         if frame is not None and frame.isdigit():
             loc = self._frame_loc(int(frame))
+        if loc is None and "source_file" in fields:
+            loc = _stack_in_source_file(fields["source_file"])
         if loc is None and "source_file" in fields:
             line = fields.get("source_line", "0")
             loc = SourceLoc(fields["source_file"], int(line) if line.isdigit() else 0)

@@ -1,0 +1,163 @@
+"""What a framework's custom call means, as a rule file declares it.
+
+Vendors lower their kernels to `custom-call`s with a target name (`AwsNeuronRmsNorm`,
+`AwsNeuronTransferWithStaticRing`). An undeclared one stays opaque and the report names its
+target; a rule file gives it a meaning, one line per target:
+
+    custom_call "AwsNeuronTransferWithStaticRing" = operand(0)
+    custom_call "AwsNeuronRmsNorm" = rms_norm(0, 1, 2)
+
+A meaning is one of the small set below, each an expression of canonical ops built where
+the call stands, with the call's own location and name, before canonicalisation: the rules
+then see only canonical ops. The arguments are operand positions of the call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .ir import Graph, NewNodes, Node, replace_nodes
+
+
+@dataclass(frozen=True)
+class Meaning:
+    """A meaning a declaration may name: how many operand positions it takes, what they are,
+    and how it is built (None when the call's operands do not fit it)."""
+
+    operands: tuple[str, ...]
+    doc: str
+    build: Callable[[Node, list[Node], NewNodes], bool]
+
+
+@dataclass(frozen=True)
+class CustomCall:
+    """One declaration: the target, the meaning's name, the operand positions it reads, and
+    where it is written (`file:line`)."""
+
+    target: str
+    meaning: str
+    operands: tuple[int, ...]
+    where: str
+
+
+def _operand(call: Node, args: list[Node], new: NewNodes) -> bool:
+    (x,) = args
+    if x.shape != call.shape:
+        return False
+    if x.dtype != call.dtype:
+        new.add("convert", (x.id,), call.shape, call.dtype, {"dtype": call.dtype})
+    else:  # a reshape to its own shape: canonicalisation folds it to the operand itself
+        new.add("reshape", (x.id,), call.shape, call.dtype, {})
+    return True
+
+
+def _rms_norm(call: Node, args: list[Node], new: NewNodes) -> bool:
+    """x * rsqrt(mean(x^2 over d) + eps) * w, in x's dtype, then the call's: d is the one
+    dim of x as long as the weight (the call names no dim; two such dims leave it opaque)."""
+    x, weight, eps = args
+    if x.shape != call.shape or len(weight.shape) != 1 or eps.shape != ():
+        return False
+    dims = [d for d, n in enumerate(x.shape) if n == weight.shape[0]]
+    if len(dims) != 1:
+        return False
+    (dim,) = dims
+    shape, dtype = x.shape, x.dtype
+    rest = tuple(d for d in range(len(shape)) if d != dim)
+    reduced = tuple(shape[d] for d in rest)
+    square = new.add("mul", (x.id, x.id), shape, dtype, {})
+    total = new.add("reduce", (square,), reduced, dtype, {"dims": (dim,), "op": "sum"})
+    count = new.add("constant", (), (), dtype, {"value": str(shape[dim])})
+    count = new.add("broadcast", (count,), reduced, dtype, {"dims": ()})
+    mean = new.add("div", (total, count), reduced, dtype, {})
+    eps_id = eps.id
+    if eps.dtype != dtype:
+        eps_id = new.add("convert", (eps_id,), (), dtype, {"dtype": dtype})
+    eps_fill = new.add("broadcast", (eps_id,), reduced, dtype, {"dims": ()})
+    scale = new.add(
+        "rsqrt", (new.add("add", (mean, eps_fill), reduced, dtype, {}),), reduced, dtype, {}
+    )
+    spread = new.add("broadcast", (scale,), shape, dtype, {"dims": rest})
+    normed = new.add("mul", (x.id, spread), shape, dtype, {})
+    w = (
+        weight.id
+        if weight.dtype == dtype
+        else new.add("convert", (weight.id,), weight.shape, dtype, {})
+    )
+    w = new.add("broadcast", (w,), shape, dtype, {"dims": (dim,)})
+    out = new.add("mul", (normed, w), shape, dtype, {})
+    if call.dtype != dtype:
+        new.add("convert", (out,), shape, call.dtype, {"dtype": call.dtype})
+    return True
+
+
+MEANINGS: dict[str, Meaning] = {
+    "operand": Meaning(("value",), "the call returns its operand as it is", _operand),
+    "rms_norm": Meaning(
+        ("input", "weight", "epsilon"),
+        "RMSNorm of the input over the dim as long as the weight, scaled by the weight",
+        _rms_norm,
+    ),
+}
+
+
+def target_of(node: Node) -> str | None:
+    """The custom-call target of an opaque node, else None."""
+    if node.op != "opaque" or node.attrs.get("hlo_op") != "custom-call":
+        return None
+    return node.attrs.get("target")
+
+
+def expand_custom_calls(graph: Graph, declared: dict[str, CustomCall]) -> None:
+    """Put each declared custom call's meaning in its place. A call whose operands do not fit
+    its meaning stays opaque, marked with why (the report says so)."""
+    if not declared:
+        return
+
+    def rewrite(node: Node, next_id: int) -> list[Node]:
+        target = target_of(node)
+        if target is None or target not in declared:
+            return []
+        declaration = declared[target]
+        if max(declaration.operands, default=-1) >= len(node.operands):
+            node.attrs["declared_but_unfit"] = declaration.where
+            return []
+        args = [graph.nodes[node.operands[i]] for i in declaration.operands]
+        new = NewNodes(node, next_id)
+        if not MEANINGS[declaration.meaning].build(node, args, new):
+            node.attrs["declared_but_unfit"] = declaration.where
+            return []
+        new.nodes[-1].name = node.name
+        return new.nodes
+
+    replace_nodes(graph, rewrite)
+
+
+def undeclared_note(graph_nodes: list[Node]) -> str:
+    """The report's note on custom calls that stayed opaque: their targets, and the line to
+    write (or why the declaration did not fit)."""
+    lines = []
+    for target in sorted({t for n in graph_nodes if (t := target_of(n))}):
+        unfit = next(
+            (
+                n.attrs["declared_but_unfit"]
+                for n in graph_nodes
+                if target_of(n) == target and "declared_but_unfit" in n.attrs
+            ),
+            None,
+        )
+        if unfit:
+            lines.append(
+                f"custom call `{target}`: its operands do not fit the meaning declared at {unfit}"
+            )
+        else:
+            lines.append(
+                f"custom call `{target}` has no declared meaning; a rule file can give it "
+                f'one: custom_call "{target}" = operand(0) | '
+                + " | ".join(
+                    f"{name}({', '.join(m.operands)})"
+                    for name, m in MEANINGS.items()
+                    if name != "operand"
+                )
+            )
+    return "; ".join(lines)

@@ -1,0 +1,38 @@
+"""XLA's SPMD partitioner's own vocab-parallel lookup (a per-device offset read from a
+constant table indexed by partition-id, a clamp, two compares and a select) is proved; an
+offset table that is not the device's block start is not."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO, verify_json
+
+pytest.importorskip("jax")
+
+
+@pytest.fixture(scope="module")
+def programs(tmp_path_factory):
+    out = tmp_path_factory.mktemp("xla_partitioned")
+    script = REPO / "tests" / "xla_partitioned" / "export.py"
+    subprocess.run([sys.executable, str(script), str(out)], check=True, capture_output=True)
+    return out
+
+
+def test_xla_partitioned_vocab_parallel_lookup_is_proved(programs):
+    code, report = verify_json(programs / "baseline.hlo", programs / "partitioned.hlo")
+    assert (code, report["verdict"]) == (0, "equivalent"), report["suspects"][:1]
+    assert any("assumed: input `ids`" in note for note in report["notes"])
+
+
+@pytest.mark.parametrize("table", ["{0, 64, 128, 128}", "{0, 32, 64, 96}", "{64, 128, 192, 256}"])
+def test_an_offset_table_off_the_blocks_is_not_proved(programs, table, tmp_path):
+    text = (programs / "partitioned.hlo").read_text()
+    (original,) = set(re.findall(r"constant\((\{0, 64, 128, 192\})\)", text))
+    broken = tmp_path / "broken.hlo"
+    broken.write_text(text.replace(original, table))
+    code, report = verify_json(programs / "baseline.hlo", broken)
+    assert code == 1 and report["verdict"] != "equivalent"

@@ -1,0 +1,39 @@
+"""A vocab-parallel embedding as XLA's SPMD partitioner writes it: `jax.jit` with the table
+sharded over its rows, the per-device module dumped after partitioning, beside the program
+on one device. Run in its own process (XLA's flags are read at start-up):
+
+    python tests/xla_partitioned/export.py OUT_DIR
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+OUT = Path(sys.argv[1])
+DUMP = OUT / "dump"
+os.environ["XLA_FLAGS"] = (
+    f"--xla_force_host_platform_device_count=4 --xla_dump_to={DUMP} "
+    "--xla_dump_hlo_pass_re=spmd-partitioning"
+)
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+from jax.sharding import Mesh, NamedSharding  # noqa: E402
+from jax.sharding import PartitionSpec as P  # noqa: E402
+
+
+def embed_then_project(table, ids, w):
+    return jnp.take(table, ids, axis=0) @ w
+
+
+mesh = Mesh(jax.devices(), ("tp",))
+args = (jnp.zeros((256, 64)), jnp.zeros((2, 8), jnp.int32), jnp.zeros((64, 32)))
+shardings = [NamedSharding(mesh, spec) for spec in (P("tp", None), P(), P())]
+jitted = jax.jit(embed_then_project, in_shardings=shardings, out_shardings=shardings[1])
+jitted.lower(*args).compile()
+baseline = jax.jit(embed_then_project).lower(*args).as_text(dialect="hlo", debug_info=True)
+(OUT / "baseline.hlo").write_text(baseline)
+(partitioned,) = DUMP.glob("*after_spmd-partitioning*.txt")
+(OUT / "partitioned.hlo").write_text(partitioned.read_text())
