@@ -113,7 +113,7 @@ def _masked_lookup(reader: IndexReader, select: Node) -> tuple[Block, Node] | No
     value_labels = index_labels and _labels(
         reader.nodes, lookup_path, index_labels + [None] * extra
     )
-    mask_path = reader.down(mask, ("reshape", "broadcast", "transpose"))
+    mask_path = reader.mask_views(mask)
     if reader.nodes[mask_path[-1]].shape != atom.shape:
         return None
     mask_labels = _labels(reader.nodes, mask_path)

@@ -286,9 +286,6 @@ def _fold(graph: Graph) -> Graph:
         node.operands = operands
         if operands and _only_adds_unit_dims(node, nodes[operands[0]]):
             node.op, node.attrs = "reshape", {}
-        if node.op == "reduce" and len(operands) == 1:  # over dims of size 1: a reshape
-            if all(nodes[operands[0]].shape[d] == 1 for d in node.attrs["dims"]):
-                node.op, node.attrs = "reshape", {}
         if len(operands) == 1 and is_identity(node, nodes[operands[0]]):
             alias[node.id] = operands[0]
             return

@@ -94,10 +94,23 @@ class IndexReader:
             path.append(self.nodes[path[-1]].operands[0])
         return path
 
+    def mask_views(self, node_id: int) -> list[int]:
+        """Down from a predicate through what only views it: reshapes, broadcasts,
+        transposes, and an and/or over dims of size 1 (XLA drops a unit dim so): top first."""
+        path = [node_id]
+        while True:
+            node = self.nodes[path[-1]]
+            if node.op in ("reshape", "broadcast", "transpose") or (
+                node.op == "reduce" and self._keeps_positions(node)
+            ):
+                path.append(node.operands[0])
+                continue
+            return path
+
     def block(self, node_id: int) -> tuple[Block, bool] | None:
         """(block, negated) when the predicate, under views, is "index in block coord" or
         its negation (callers check how the views line up)."""
-        return self._block_of(self.down(node_id, ("reshape", "broadcast", "transpose"))[-1])
+        return self._block_of(self.mask_views(node_id)[-1])
 
     def _block_of(self, node_id: int) -> tuple[Block, bool] | None:
         found = self.constraints(node_id)
