@@ -45,6 +45,28 @@ class RelationsFile:
     output_sources: list[str] | None = None
 
 
+def _unstated_output(
+    index: int, b_shape: tuple, d_shape: tuple, mesh: Mesh, where: str, path: str
+) -> ScalifyError:
+    """A partitioned program whose output's layout nothing states and whose local shape is
+    not the baseline's: the default (replicate) cannot be meant, and a verdict resting on
+    it would be wrong either way, so the user is asked for it."""
+    try:
+        hint = f' such as ["{layout_str(_from_shapes(b_shape, d_shape, mesh, where))}"]'
+    except ScalifyError:
+        hint = ""
+    return ScalifyError(
+        f"output {index} has local shape {list(d_shape)} where the baseline's is "
+        f"{list(b_shape)}, and nothing states its layout (the module carries no output "
+        "sharding)",
+        path,
+        notes=[
+            f'give it in a relations file: {{"outputs": [...]}}{hint}, or export the '
+            "baseline with the same shardings, so its output annotation says it"
+        ],
+    )
+
+
 def read_relations_file(path: str) -> RelationsFile:
     """Read the JSON relations file; see docs/reference/relations.md for its fields."""
     try:
@@ -249,6 +271,8 @@ def output_relations(
             source = "baseline annotation"
         elif given and given.infer_outputs and b_shape != d_shape:
             layout, source = _from_shapes(b_shape, d_shape, mesh, where), "inferred from shapes"
+        elif b_shape != d_shape and dist.input_shardings:
+            raise _unstated_output(index, b_shape, d_shape, mesh, where, dist.path)
         else:
             layout, source = REPLICATE, "default"
         relations.append(Relation(dist_id, base_id, f"output {index}", layout, source))

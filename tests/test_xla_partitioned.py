@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, verify_json
+from conftest import REPO, run_cli, verify_json
 
 pytest.importorskip("jax")
 
@@ -36,3 +36,19 @@ def test_an_offset_table_off_the_blocks_is_not_proved(programs, table, tmp_path)
     broken.write_text(text.replace(original, table))
     code, report = verify_json(programs / "baseline.hlo", broken)
     assert code == 1 and report["verdict"] != "equivalent"
+
+
+def test_an_output_whose_layout_nothing_states_is_asked_for(programs, tmp_path):
+    result = run_cli("verify", str(programs / "rows_baseline.hlo"), str(programs / "rows.hlo"))
+    assert result.code == 2
+    assert "output 0 has local shape [2, 32] where the baseline's is [8, 32]" in result.err
+    relations = tmp_path / "relations.json"
+    relations.write_text('{"outputs": ["shard(0, tp)"]}')
+    stated = run_cli(
+        "verify",
+        str(programs / "rows_baseline.hlo"),
+        str(programs / "rows.hlo"),
+        "--relations",
+        str(relations),
+    )
+    assert stated.code == 0, stated.out

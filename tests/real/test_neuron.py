@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from scalify.compiler.compile import compile_rule_dir
+
 from scalify.frontends import load_graph
 
 HERE = Path(__file__).resolve().parent / "neuron"

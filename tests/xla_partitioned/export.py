@@ -35,5 +35,20 @@ jitted = jax.jit(embed_then_project, in_shardings=shardings, out_shardings=shard
 jitted.lower(*args).compile()
 baseline = jax.jit(embed_then_project).lower(*args).as_text(dialect="hlo", debug_info=True)
 (OUT / "baseline.hlo").write_text(baseline)
-(partitioned,) = DUMP.glob("*after_spmd-partitioning*.txt")
+(partitioned,) = DUMP.glob("*jit_embed_then_project*after_spmd-partitioning*.txt")
 (OUT / "partitioned.hlo").write_text(partitioned.read_text())
+
+
+def project(x, w):
+    return x @ w
+
+
+# rows split over tp in and out: the per-device module says nothing of its output's layout
+rows = NamedSharding(mesh, P("tp", None))
+inputs = (jnp.zeros((8, 64)), jnp.zeros((64, 32)))
+jax.jit(project, in_shardings=(rows, shardings[1]), out_shardings=rows).lower(*inputs).compile()
+(rows_module,) = DUMP.glob("*.jit_project.*after_spmd-partitioning*.txt")
+(OUT / "rows.hlo").write_text(rows_module.read_text())
+(OUT / "rows_baseline.hlo").write_text(
+    jax.jit(project).lower(*inputs).as_text(dialect="hlo", debug_info=True)
+)
