@@ -4,6 +4,7 @@ offset table that is not the device's block start is not."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -52,3 +53,25 @@ def test_an_output_whose_layout_nothing_states_is_asked_for(programs, tmp_path):
         str(relations),
     )
     assert stated.code == 0, stated.out
+
+
+TABLES = REPO / "tests" / "device_tables"
+
+
+@pytest.mark.parametrize(
+    "program, verdict", [("fsdp_block.hlo", "equivalent"), ("tensor_block.hlo", "not_equivalent")]
+)
+def test_offsets_through_a_coordinate_table(program, verdict):
+    """XLA on a mesh of two axes: the device id to its fsdp coordinate through one table,
+    the coordinate to an offset through another; the same program reading the tensor
+    coordinate (`{0, 1, 0, 1}`) cuts the wrong block."""
+    result = run_cli(
+        "verify",
+        str(TABLES / "baseline.hlo"),
+        str(TABLES / program),
+        "--relations",
+        str(TABLES / "relations.json"),
+        "--format",
+        "json",
+    )
+    assert json.loads(result.out)["verdict"] == verdict
