@@ -212,12 +212,22 @@ def _collective_mutants(graph: Graph, node: Node, mesh: Mesh) -> Iterator[Mutant
 
 def score(base: Graph, dist: Graph, rules, mesh: Mesh, given=None) -> MutationScore:
     """Verify and simulate every mutant of `dist`."""
-    from .relations import input_relations, output_relations
+    from .layout import layout_str
+    from .relations import RelationsFile, input_relations, output_relations
     from .simulate import NotSimulable, simulate
     from .verify import Limits, verify_graphs
 
     inputs = input_relations(base, dist, mesh, given)
     outputs = output_relations(base, dist, mesh, given)
+    # every mutant is held to the outputs' layouts of the unmutated graph (a mutant of an
+    # output node loses the annotation that stated it)
+    stated = given or RelationsFile("<mutant>", None, {}, None)
+    if stated.outputs is None:
+        stated = replace(
+            stated,
+            outputs=[layout_str(r.layout) for r in outputs],
+            output_sources=[r.source for r in outputs],
+        )
     result = MutationScore()
     for mutant in mutants(dist, mesh):
         result.tried += 1
@@ -231,7 +241,7 @@ def score(base: Graph, dist: Graph, rules, mesh: Mesh, given=None) -> MutationSc
             continue
         result.differing += 1
         report = verify_graphs(
-            base, mutant.graph, rules, mesh, given, limits=Limits(simulate=False)
+            base, mutant.graph, rules, mesh, stated, limits=Limits(simulate=False)
         )
         if report.verdict == "equivalent":
             result.wrongly_proved.append(f"{dist.path}: {mutant.description}")

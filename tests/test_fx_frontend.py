@@ -295,3 +295,36 @@ def test_a_bad_pt2_file_is_a_clean_error(cli, tmp_path):
     assert result.code == 2
     assert result.err.startswith(f"{bad}: error: not a PyTorch export file")
     assert "Traceback" not in result.err
+
+
+class ExpertRouting(nn.Module):
+    """The routing of a batched-mm MoE (transformers' `batched_mm` experts): the top-k
+    experts per token, their weights renormalised in place, each token's expert weights
+    picked by `weights[expert_ids]`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.experts = nn.Parameter(torch.randn(4, 8, 16))
+
+    def forward(self, scores):
+        weights, ids = torch.topk(scores.softmax(-1), 2, dim=-1)
+        weights /= weights.sum(dim=-1, keepdim=True)
+        picked = self.experts[ids.reshape(-1)]
+        return picked * weights.reshape(-1, 1, 1)
+
+
+def test_topk_index_and_in_place_division_of_a_result_have_semantics():
+    from scalify.capture.fx_trace import trace
+
+    module = ExpertRouting()
+    scores = torch.randn(3, 4)
+    graph = canonicalize(graph_from_fx(trace(module, (scores,)), "<memory>"))
+    assert not graph.opaque_nodes()
+    assert {n.attrs["part"] for n in ops(graph, "top_k")} == {0, 1}
+    assert ops(graph, "take")
+    inputs = {
+        i: (scores if graph.input_name(i) == "scores" else module.experts).detach().numpy()
+        for i in graph.inputs
+    }
+    got = run_baseline(graph, inputs)[graph.outputs[0]]
+    np.testing.assert_allclose(got, module(scores).detach().numpy(), rtol=1e-5, atol=1e-6)

@@ -154,7 +154,9 @@ _ATTENTION = frozenset(
         "_scaled_dot_product_attention_math",
     }
 )
-_MULTI_OUTPUT = frozenset({"split", "split_with_sizes", "chunk", "unbind", "native_layer_norm"})
+_MULTI_OUTPUT = frozenset(
+    {"split", "split_with_sizes", "chunk", "unbind", "native_layer_norm", "topk"}
+)
 _CONVERTS = frozenset({"_to_copy", "to", "type_as", "_to_dtype", "to_dtype"})
 _COLLECTIVE_NAMESPACES = frozenset(
     {"_c10d_functional", "c10d_functional", "_c10d_functional_autograd"}
@@ -715,9 +717,12 @@ class _Lowering:
         target = fx_node.args[0] if fx_node.args else None
         if not self.is_node(target) or target.op != "call_function":
             return False  # an input or a weight: the mutation is visible to the caller
-        schema = getattr(target.target, "_schema", None)
+        maker = target
+        if target.target is operator.getitem and self.is_node(target.args[0]):
+            maker = target.args[0]  # one result of an op with several (topk's values)
+        schema = getattr(maker.target, "_schema", None)
         if schema is None or any(r.alias_info is not None for r in schema.returns):
-            return False  # a view (or a getitem, a collective): it aliases other tensors
+            return False  # a view (or a collective): it aliases other tensors
         return self.only_read_before(target, fx_node)
 
     def binary(self, fx_node: Any, name: str, shape: tuple[int, ...], dtype: str) -> int:
@@ -1368,6 +1373,42 @@ class _Lowering:
         probs = self.new("div", (e, denominator), shape, dtype)
         lse = self.new("add", (peak, self.new("log", (total,), reduced, dtype)), reduced, dtype)
         return probs, lse
+
+    def op_index(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
+        """`x[i]` with one integer index tensor on dim 0 (`weights[expert_ids]`): whole
+        slices of x, the index dims first, as `take` along dim 0. Other indexing (several
+        index tensors, boolean masks, later dims) stays opaque."""
+        x, indices = self.tensor(fx_node.args[0]), fx_node.args[1]
+        if not isinstance(indices, (list, tuple)) or len(indices) != 1 or indices[0] is None:
+            raise _Unsupported("index with other than one index tensor on dim 0")
+        index = self.tensor(indices[0])
+        if self.dtype(index) == "pred":
+            raise _Unsupported("index by a boolean mask")
+        return self.new("take", (x, index), shape, dtype, {"dim": 0}, final=True)
+
+    def op_topk(self, fx_node: Any, shape: Any, dtype: Any) -> tuple[int, int]:
+        """(values, indices) of the k largest (or smallest) entries along the last dim, as
+        two `top_k` nodes (HLO's `topk` reads the same). Another dim stays opaque."""
+        args, kwargs = fx_node.args, fx_node.kwargs
+        x = self.tensor(args[0])
+        k = int(args[1])
+        dim = args[2] if len(args) > 2 else kwargs.get("dim", -1)
+        largest = args[3] if len(args) > 3 else kwargs.get("largest", True)
+        rank = len(self.shape(x))
+        if int(dim) % rank != rank - 1:
+            raise _Unsupported("topk along another dim than the last")
+        metas = self.out_meta(fx_node)
+        values, indices = (
+            self.new(
+                "top_k",
+                (x,),
+                self.shape_of(meta),
+                _dtype_of(meta.dtype),
+                {"k": k, "part": part, "largest": bool(largest)},
+            )
+            for part, meta in enumerate(metas[:2])
+        )
+        return values, indices
 
     def op_embedding(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
         """`weight[indices]`: whole rows of the table, the index dims first (`take` along
