@@ -308,7 +308,30 @@ def _fold(graph: Graph) -> Graph:
         operand = (
             nodes.get(alias.get(node.operands[0], node.operands[0])) if node.operands else None
         )
+        unit_broadcast = operand is not None and _only_adds_unit_dims(node, operand)
+        kept = (
+            Node(  # the broadcast form, kept beside the reshape it becomes (see below)
+                next_id,
+                "broadcast",
+                (operand.id,),
+                node.shape,
+                node.dtype,
+                dict(node.attrs),
+                node.loc,
+                f"{node.name}.broadcast",
+                node.framework_op,
+            )
+            if unit_broadcast
+            else None
+        )
         add(node)
+        if kept is not None and node.id in nodes and len(node.shape) > len(operand.shape):
+            # A new dim of size 1 is a view here, and a broadcast to a dim that is split
+            # down to one entry per device (one head per device) in the other graph; both
+            # forms go into the e-graph as equal values.
+            next_id += 1
+            nodes[kept.id] = kept
+            graph.equalities.append((node.id, kept.id))
         if (
             node.id in nodes
             and node.op == "broadcast"

@@ -75,3 +75,10 @@ def test_offsets_through_a_coordinate_table(program, verdict):
         "json",
     )
     assert json.loads(result.out)["verdict"] == verdict
+
+
+def test_a_broadcast_into_a_dim_of_one_entry_per_device_is_proved(programs):
+    """RoPE's cos broadcast over the heads, one head per device: locally the broadcast only
+    adds a unit dim (a view), globally it spreads over the heads; both forms are kept."""
+    code, report = verify_json(programs / "rope_baseline.hlo", programs / "rope.hlo")
+    assert (code, report["verdict"]) == (0, "equivalent"), report["suspects"][:1]

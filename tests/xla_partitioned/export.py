@@ -52,3 +52,26 @@ jax.jit(project, in_shardings=(rows, shardings[1]), out_shardings=rows).lower(*i
 (OUT / "rows_baseline.hlo").write_text(
     jax.jit(project).lower(*inputs).as_text(dialect="hlo", debug_info=True)
 )
+
+
+def rope_half(x, wk):
+    """k's heads from a column-parallel projection (one head per device at tp=4), times a
+    replicated cos broadcast over the head dim (half of RoPE)."""
+    k = (x @ wk).reshape(2, 16, 4, 16)
+    positions = jnp.broadcast_to(jnp.arange(16)[None], (2, 16)).astype(jnp.float32)
+    cos = jnp.cos(positions[:, :, None] * jnp.ones((8,)))[:, :, None, :]
+    return k[..., :8] * cos
+
+
+rope_inputs = (jnp.zeros((2, 16, 128)), jnp.zeros((128, 64)))
+heads = NamedSharding(mesh, P(None, None, "tp", None))
+jax.jit(
+    rope_half, in_shardings=(shardings[1], NamedSharding(mesh, P(None, "tp"))), out_shardings=heads
+).lower(*rope_inputs).compile()
+(rope_module,) = DUMP.glob("*.jit_rope_half.*after_spmd-partitioning*.txt")
+(OUT / "rope.hlo").write_text(rope_module.read_text())
+(OUT / "rope_baseline.hlo").write_text(
+    jax.jit(rope_half, out_shardings=heads)
+    .lower(*rope_inputs)
+    .as_text(dialect="hlo", debug_info=True)
+)
