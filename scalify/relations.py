@@ -264,6 +264,9 @@ def output_relations(
             layout = parse_layout(given.outputs[index], mesh, given.path)
             sources = given.output_sources or []
             source = sources[index] if index < len(sources) else "relations file"
+        elif index in dist.output_layouts:
+            layout = parse_layout(dist.output_layouts[index], mesh, dist.path)
+            source = "DTensor placement"
         elif dist_id in dist.output_shardings:
             layout, source = _from_tiles(dist.output_shardings[dist_id], mesh, where), "annotation"
         elif base_id in base.output_shardings:  # an SPMD dump: the global module states it

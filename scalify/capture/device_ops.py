@@ -20,38 +20,28 @@ import torch
 
 NAMESPACE = "scalify"
 
-_library = torch.library.Library(NAMESPACE, "FRAGMENT")
-_library.define("device_coordinate(int size, int stride, int value) -> Tensor")
-_library.define("chunk_at(Tensor x, int dim, int chunks, Tensor index) -> Tensor")
 
-
+@torch.library.custom_op("scalify::device_coordinate", mutates_args=())
 def _device_coordinate(size: int, stride: int, value: int) -> torch.Tensor:
     return torch.tensor(value, dtype=torch.int64)
 
 
+@_device_coordinate.register_fake
+def _(size: int, stride: int, value: int) -> torch.Tensor:
+    return torch.empty((), dtype=torch.int64)
+
+
+@torch.library.custom_op("scalify::chunk_at", mutates_args=())
 def _chunk_at(x: torch.Tensor, dim: int, chunks: int, index: torch.Tensor) -> torch.Tensor:
     return x.chunk(chunks, dim)[int(index)].clone()
 
 
-def _chunk_at_meta(x: torch.Tensor, dim: int, chunks: int, index: torch.Tensor) -> torch.Tensor:
+@_chunk_at.register_fake
+def _(x: torch.Tensor, dim: int, chunks: int, index: torch.Tensor) -> torch.Tensor:
     shape = list(x.shape)
     shape[dim] //= chunks
     return x.new_empty(shape)
 
-
-def _device_coordinate_meta(size: int, stride: int, value: int) -> torch.Tensor:
-    return torch.empty((), dtype=torch.int64, device="meta")
-
-
-for _key in ("CPU", "CompositeExplicitAutograd"):
-    try:
-        _library.impl("device_coordinate", _device_coordinate, _key)
-        _library.impl("chunk_at", _chunk_at, _key)
-        break
-    except RuntimeError:  # pragma: no cover - a key this build does not know
-        continue
-_library.impl("device_coordinate", _device_coordinate_meta, "Meta")
-_library.impl("chunk_at", _chunk_at_meta, "Meta")
 
 device_coordinate = torch.ops.scalify.device_coordinate.default
 chunk_at = torch.ops.scalify.chunk_at.default

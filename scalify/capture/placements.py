@@ -41,6 +41,18 @@ def tensor_leaves(value: Any, placed: list[Placed]) -> tuple[torch.Tensor, ...]:
     return tuple(out)
 
 
+def placement_text(placed: Placed, rank: int) -> str | None:
+    """The layout of a DTensor output over its own mesh's dim names (`shard(2, tp)`), for a
+    file read later against a mesh of those names; None for a plain tensor."""
+    if placed is None:
+        return None
+    _, names, shape = placed
+    if len(names) != len(shape):
+        raise ScalifyError("a DTensor output on a device mesh without dim names")
+    own = Mesh(tuple((name, size) for name, size in zip(names, shape, strict=True) if size > 1))
+    return placement_layout(placed, rank, own)
+
+
 def placement_layout(placed: Placed, rank: int, mesh: Mesh) -> str | None:
     """The layout string of a DTensor output of `rank` dims on `mesh` (None: not a DTensor,
     the default applies)."""

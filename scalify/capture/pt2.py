@@ -15,14 +15,28 @@ def export(fn: Callable[..., Any], example_inputs: Sequence[Any], path: str | Pa
 
     For a distributed `fn`, call it with the process group it needs live in this process
     (`scalify.api.fake_mesh` makes one); export the baseline with `export` too, so that both
-    files decompose composite ops the same way.
+    files decompose composite ops the same way. A DTensor program is traced on several
+    devices (device_probe.py), and each DTensor output's placement is recorded as the
+    layout `verify` requires of it (the mesh's dim names are its axis names).
     """
     from scalify.frontends.fx import save_exported
 
     from .fx_trace import as_exported, trace
+    from .placements import placement_text
 
     inputs = tuple(example_inputs)
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    save_exported(as_exported(trace(fn, inputs), inputs), target)
+    gm = trace(fn, inputs, across_devices=True)
+    ranks = [len(getattr(o, "shape", ())) for o in _output_values(gm)]
+    placed = gm.meta["output_placements"]
+    layouts = [placement_text(p, rank) for p, rank in zip(placed, ranks, strict=False)]
+    save_exported(as_exported(gm, inputs), target, layouts)
     return target
+
+
+def _output_values(gm: Any) -> list[Any]:
+    """The traced values of the graph's outputs, in order."""
+    (output,) = [n for n in gm.graph.nodes if n.op == "output"]
+    args = output.args[0]
+    return [a.meta.get("val") for a in (args if isinstance(args, (list, tuple)) else [args])]

@@ -1799,6 +1799,12 @@ def graph_from_fx(
             input_kinds[arg_name] = spec.kind.name
             if spec.kind.name == "CONSTANT_TENSOR" and spec.target in ep.constants:
                 constants[arg_name] = ep.constants[spec.target]
+            elif (  # a constant make_fx lifted (a mask's fill), exported as a buffer
+                spec.kind.name == "BUFFER"
+                and re.fullmatch(r"_tensor_constant\d+", str(spec.target))
+                and spec.target in ep.state_dict
+            ):
+                constants[arg_name] = ep.state_dict[spec.target]
         user_outputs = [
             i
             for i, spec in enumerate(ep.graph_signature.output_specs)
@@ -1838,6 +1844,10 @@ def load_fx(path: str | Path) -> Graph:
             p,
             notes=["expected a file written by torch.export.save"],
         )
+    try:  # the ops a program traced on several devices holds (device_probe.py)
+        import scalify.capture.device_ops  # noqa: F401
+    except Exception:  # noqa: BLE001 - a torch without torch.library: such files cannot load
+        pass
     extra = {GROUPS_FILE: ""}
     # torch logs a full traceback at WARNING before re-raising; the error below says it all.
     export_log = logging.getLogger("torch.export")
@@ -1856,20 +1866,25 @@ def load_fx(path: str | Path) -> Graph:
         export_log.setLevel(old_level)
     groups: dict[str, int] = {}
     world_size = None
+    layouts: list = []
     if extra.get(GROUPS_FILE):
         try:
             recorded = json.loads(extra[GROUPS_FILE])
             groups = {str(k): int(v) for k, v in recorded.get("groups", {}).items()}
             world_size = recorded.get("world_size")
+            layouts = recorded.get("output_layouts") or []
         except (ValueError, TypeError, AttributeError) as exc:
             raise ScalifyError(f"bad {GROUPS_FILE} inside the export file: {exc}", p) from None
-    return graph_from_fx(ep, p, group_sizes=groups, world_size=world_size)
+    graph = graph_from_fx(ep, p, group_sizes=groups, world_size=world_size)
+    graph.output_layouts = {i: str(lay) for i, lay in enumerate(layouts) if lay}
+    return graph
 
 
-def save_exported(ep: Any, path: str | Path) -> None:
+def save_exported(ep: Any, path: str | Path, output_layouts: list[str | None] = ()) -> None:
     """`torch.export.save`, recording the size of every process group the program's
     collectives name (resolved in this process), so `load_fx` can read them later without
-    a process group."""
+    a process group, and the layout each output is returned in (a DTensor's placements;
+    None for a plain tensor)."""
     import torch
 
     sizes: dict[str, int] = {}
@@ -1890,7 +1905,7 @@ def save_exported(ep: Any, path: str | Path) -> None:
             size = lowering.group_size(group)
             if size is not None:
                 sizes[group] = size
-    record: dict[str, Any] = {"groups": sizes}
+    record: dict[str, Any] = {"groups": sizes, "output_layouts": list(output_layouts)}
     if collectives:
         try:
             import torch.distributed as dist
