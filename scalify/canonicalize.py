@@ -280,6 +280,8 @@ def _fold(graph: Graph) -> Graph:
     alias: dict[int, int] = {}
     nodes: dict[int, Node] = {}
     next_id = max(graph.nodes, default=-1) + 1
+    # nodes that already have their equal forms (a graph canonicalised again): none more
+    paired = {n for pair in graph.equalities for n in pair}
 
     def add(node: Node) -> None:
         operands = tuple(alias.get(o, o) for o in node.operands)
@@ -308,7 +310,9 @@ def _fold(graph: Graph) -> Graph:
         operand = (
             nodes.get(alias.get(node.operands[0], node.operands[0])) if node.operands else None
         )
-        unit_broadcast = operand is not None and _only_adds_unit_dims(node, operand)
+        unit_broadcast = (
+            operand is not None and node.id not in paired and _only_adds_unit_dims(node, operand)
+        )
         kept = (
             Node(  # the broadcast form, kept beside the reshape it becomes (see below)
                 next_id,
@@ -334,6 +338,7 @@ def _fold(graph: Graph) -> Graph:
             graph.equalities.append((node.id, kept.id))
         if (
             node.id in nodes
+            and node.id not in paired
             and node.op == "broadcast"
             and operand is not None
             and not is_identity(node, operand)
