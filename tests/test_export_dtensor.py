@@ -34,8 +34,17 @@ class EmbedThenProject(nn.Module):
         return self.out(self.tok(ids))
 
 
-def test_exported_dtensor_program_is_proved_from_its_files(tmp_path):
-    mesh = fake_mesh("tp=2")
+@pytest.fixture()
+def mesh():
+    """A fake 2-rank job, gone after the test (other tests start their own)."""
+    import torch.distributed as dist
+
+    yield fake_mesh("tp=2")
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def test_exported_dtensor_program_is_proved_from_its_files(tmp_path, mesh):
     model = EmbedThenProject()
     baseline = copy.deepcopy(model)
     plan = {

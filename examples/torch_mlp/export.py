@@ -43,16 +43,11 @@ def load_model() -> ModuleType:
 
 
 def fake_process_group(world: int) -> object:
-    """The default (WORLD) group of a fake `world`-rank job, this process being rank 0."""
-    import torch.distributed as dist
-    from torch.testing._internal.distributed.fake_pg import FakeStore
+    """The default (WORLD) group of a fake `world`-rank job, this process being rank 0
+    (Scalify's own helper: it replaces a fake job of another size)."""
+    from scalify.capture.fx_trace import fake_process_group as scalify_fake_process_group
 
-    if dist.is_initialized():
-        if dist.get_world_size() != world:
-            raise RuntimeError(f"a process group of {dist.get_world_size()} ranks already exists")
-        return dist.group.WORLD
-    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
-    return dist.group.WORLD
+    return scalify_fake_process_group(world)
 
 
 def _relative_traces(ep) -> None:
