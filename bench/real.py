@@ -48,35 +48,17 @@ def torchtitan_rows() -> list[tuple[str, float, float, str]]:
 
 
 def transformers_rows() -> list[tuple[str, float, float, str]]:
-    from transformers import LlamaConfig, LlamaForCausalLM
-    from transformers.distributed import DistributedConfig
+    from hf_llama import load, save_tiny_llama, token_ids
 
-    from scalify.api import check_equivalent, fake_mesh
+    from scalify.api import check_equivalent
 
     rows = []
     with tempfile.TemporaryDirectory() as folder:
-        config = LlamaConfig(
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            vocab_size=256,
-            max_position_embeddings=64,
-            tie_word_embeddings=False,
-        )
-        torch.manual_seed(0)
-        LlamaForCausalLM(config).save_pretrained(folder)
-        mesh = fake_mesh("tp=2")
-        baseline = LlamaForCausalLM.from_pretrained(folder).eval()
-        model = LlamaForCausalLM.from_pretrained(
-            folder, distributed_config=DistributedConfig(tp_size=2)
-        ).eval()
-        ids = torch.randint(0, 256, (2, 8))
+        baseline, model, mesh = load(save_tiny_llama(Path(folder)))
         for grad in (True, False):
             start = time.perf_counter()
             with torch.set_grad_enabled(grad):
-                report = check_equivalent(baseline, model, mesh=mesh, example_inputs=(ids,))
+                report = check_equivalent(baseline, model, mesh=mesh, example_inputs=(token_ids(),))
             total = time.perf_counter() - start
             name = f"transformers llama tp=2 {'grad' if grad else 'no_grad'}"
             rows.append((name, total, report.stats["seconds"].get("prove", 0.0), report.verdict))

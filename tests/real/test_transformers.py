@@ -14,10 +14,9 @@ from real_support import require
 
 require("transformers", "accelerate")
 
-from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
-from transformers.distributed import DistributedConfig  # noqa: E402
+from hf_llama import load, save_tiny_llama, token_ids  # noqa: E402
 
-from scalify.api import check_equivalent, fake_mesh  # noqa: E402
+from scalify.api import check_equivalent  # noqa: E402
 
 # Llama's own plan, written out as a user passes one, with the embedding vocab-parallel
 PLAN = {
@@ -35,47 +34,20 @@ PLAN = {
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
-    """A random tiny Llama saved as a checkpoint (no download)."""
-    path = tmp_path_factory.mktemp("tiny-llama")
-    config = LlamaConfig(
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=256,
-        max_position_embeddings=64,
-        tie_word_embeddings=False,
-    )
-    torch.manual_seed(0)
-    LlamaForCausalLM(config).save_pretrained(path)
-    return path
-
-
-def load(checkpoint, **distributed):
-    mesh = fake_mesh("tp=2")
-    baseline = LlamaForCausalLM.from_pretrained(checkpoint).eval()
-    model = LlamaForCausalLM.from_pretrained(
-        checkpoint, distributed_config=DistributedConfig(tp_size=2, **distributed)
-    ).eval()
-    return baseline, model, mesh
-
-
-def ids() -> torch.Tensor:
-    return torch.randint(0, 256, (2, 8), generator=torch.Generator().manual_seed(1))
+    return save_tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
 
 
 @pytest.mark.parametrize("grad", [True, False], ids=["grad", "no_grad"])
 def test_llama_with_its_own_plan_is_proved(checkpoint, grad):
     baseline, model, mesh = load(checkpoint)
     with torch.set_grad_enabled(grad):
-        report = check_equivalent(baseline, model, mesh=mesh, example_inputs=(ids(),))
+        report = check_equivalent(baseline, model, mesh=mesh, example_inputs=(token_ids(),))
     assert report.verdict == "equivalent", [s.reason for s in report.suspects[:2]]
 
 
 def test_a_user_plan_with_a_vocab_parallel_embedding_is_proved(checkpoint):
     baseline, model, mesh = load(checkpoint, tp_plan=PLAN)
-    report = check_equivalent(baseline, model, mesh=mesh, example_inputs=(ids(),))
+    report = check_equivalent(baseline, model, mesh=mesh, example_inputs=(token_ids(),))
     assert report.verdict == "equivalent", [s.reason for s in report.suspects[:2]]
 
 
@@ -99,7 +71,7 @@ LLAMA = "transformers.models.llama.modeling_llama"
 )
 def test_plan_entry_bugs_are_caught_at_transformers_lines(checkpoint, entry, style, line_text):
     baseline, model, mesh = load(checkpoint, tp_plan={**PLAN, entry: style})
-    report = check_equivalent(baseline, model, mesh=mesh, example_inputs=(ids(),))
+    report = check_equivalent(baseline, model, mesh=mesh, example_inputs=(token_ids(),))
     assert report.verdict == "not_equivalent"
     first = report.suspects[0]
     expected = ("transformers/models/llama/modeling_llama.py", _line(LLAMA, line_text))
