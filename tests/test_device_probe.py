@@ -1,0 +1,71 @@
+"""A DTensor program traced on several devices: numbers computed from the device become
+expressions over its coordinate; a program that differs between devices in any other way is
+an error naming the op, never read as device 0's program."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import torch.distributed as dist  # noqa: E402
+from torch import nn  # noqa: E402
+
+from scalify.api import check_equivalent, fake_mesh  # noqa: E402
+from scalify.errors import ScalifyError  # noqa: E402
+
+
+class FromRank(nn.Module):
+    """Adds a number the host computes from the device's coordinate on the mesh."""
+
+    def __init__(self, mesh, number) -> None:
+        super().__init__()
+        self.mesh, self.number = mesh, number
+
+    def forward(self, x):
+        return x + self.number(self.mesh.get_coordinate()[0])
+
+
+class BranchOnRank(nn.Module):
+    def __init__(self, mesh) -> None:
+        super().__init__()
+        self.mesh = mesh
+
+    def forward(self, x):
+        if self.mesh.get_coordinate()[0] == 1:  # BUG: only device 1 does something else
+            return x * 2
+        return x + 1
+
+
+@pytest.fixture()
+def mesh():
+    yield fake_mesh("tp=4")
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def plus_one(x):
+    return x + 1
+
+
+def test_a_number_affine_in_the_coordinate_becomes_an_expression_over_it(mesh):
+    """x + 3*r differs from x on every device but device 0: read as device 0's program
+    (x + 0) the simulation would find every device right; read per device it finds one
+    wrong, so the verdict is definite."""
+    report = check_equivalent(
+        plus_one, FromRank(mesh, lambda r: 3 * r + 1), mesh=mesh, example_inputs=(torch.ones(4),)
+    )
+    assert report.verdict == "not_equivalent"
+    assert "on device " in report.counterexample
+
+
+def test_a_number_not_affine_in_the_coordinate_is_an_error(mesh):
+    with pytest.raises(ScalifyError, match="not affinely on its coordinates"):
+        check_equivalent(
+            lambda x: x, FromRank(mesh, lambda r: r * r), mesh=mesh, example_inputs=(torch.ones(4),)
+        )
+
+
+def test_a_program_whose_structure_depends_on_the_device_is_an_error(mesh):
+    with pytest.raises(ScalifyError, match="differs between device 0 and the device"):
+        check_equivalent(plus_one, BranchOnRank(mesh), mesh=mesh, example_inputs=(torch.ones(4),))
