@@ -61,36 +61,17 @@ def _given_relations(
     stated = relations or {}
     outputs = list(stated.get("outputs") or []) or None
     inputs = dict(stated.get("inputs", {}))
-    sources = stated.get(_SOURCES)
-    return RelationsFile(
-        "<relations>", None, inputs, outputs, infer_outputs=infer_outputs, output_sources=sources
-    )
+    return RelationsFile("<relations>", None, inputs, outputs, infer_outputs=infer_outputs)
 
 
-_SOURCES = "output_sources"  # internal: where each output layout came from
-
-
-def _with_placements(
-    relations: Mapping[str, Any] | None, placed: list[Any], dist: Any, mesh: Mesh
-) -> Mapping[str, Any] | None:
-    """The stated relations, with each output no relation states required to have the
-    layout its DTensor placement gives (plain tensor outputs keep the default)."""
+def _placement_layouts(placed: list[Any], dist: Any, mesh: Mesh) -> dict[int, str]:
+    """Output index -> the layout its DTensor placement gives, for the outputs that are
+    DTensors (output_relations reads them unless the stated relations say otherwise)."""
     from .capture.placements import placement_layout
 
     ranks = [len(dist.node(o).shape) for o in dist.outputs]
     layouts = [placement_layout(p, rank, mesh) for p, rank in zip(placed, ranks, strict=False)]
-    if not any(layouts):
-        return relations
-    stated = dict(relations or {})
-    given = list(stated.get("outputs") or [])
-    outputs = [
-        given[i] if i < len(given) else (layout or "replicate") for i, layout in enumerate(layouts)
-    ]
-    sources = [
-        "relations" if i < len(given) else ("DTensor placement" if layout else "default")
-        for i, layout in enumerate(layouts)
-    ]
-    return {**stated, "outputs": outputs, _SOURCES: sources}
+    return {i: layout for i, layout in enumerate(layouts) if layout}
 
 
 def check_equivalent(
@@ -140,7 +121,7 @@ def check_equivalent(
         traced = trace(parallel_fn, dist_inputs, across_devices=True, tracing_mode="fake")
     base = canonicalize(graph_from_fx(base_gm, base_label))
     dist = canonicalize(graph_from_fx(traced, dist_label, world_size=chosen.size))
-    relations = _with_placements(relations, traced.meta["output_placements"], dist, chosen)
+    dist.output_layouts = _placement_layouts(traced.meta["output_placements"], dist, chosen)
     given = _given_relations(relations, infer_outputs=parallel_inputs is not None)
     compiled = compile_rule_dir(rules or default_rules_dir())
     return verify_graphs(base, dist, compiled, chosen, given)

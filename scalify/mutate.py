@@ -223,11 +223,7 @@ def score(base: Graph, dist: Graph, rules, mesh: Mesh, given=None) -> MutationSc
     # output node loses the annotation that stated it)
     stated = given or RelationsFile("<mutant>", None, {}, None)
     if stated.outputs is None:
-        stated = replace(
-            stated,
-            outputs=[layout_str(r.layout) for r in outputs],
-            output_sources=[r.source for r in outputs],
-        )
+        stated = replace(stated, outputs=[layout_str(r.layout) for r in outputs])
     result = MutationScore()
     for mutant in mutants(dist, mesh):
         result.tried += 1

@@ -41,8 +41,6 @@ class RelationsFile:
     # differs from the baseline's (a program on local shards returns local shards), as for
     # inputs; otherwise they must be replicate. `scalify.api` sets it with `parallel_inputs`.
     infer_outputs: bool = False
-    # where each output layout came from, when not written in the file (a DTensor placement)
-    output_sources: list[str] | None = None
 
 
 def _unstated_output(
@@ -261,9 +259,7 @@ def output_relations(
                     f"but there are {len(dist.outputs)} outputs",
                     given.path,
                 )
-            layout = parse_layout(given.outputs[index], mesh, given.path)
-            sources = given.output_sources or []
-            source = sources[index] if index < len(sources) else "relations file"
+            layout, source = parse_layout(given.outputs[index], mesh, given.path), "relations file"
         elif index in dist.output_layouts:
             layout = parse_layout(dist.output_layouts[index], mesh, dist.path)
             source = "DTensor placement"

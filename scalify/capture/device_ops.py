@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import torch
 
-NAMESPACE = "scalify"
-
 
 @torch.library.custom_op("scalify::device_coordinate", mutates_args=())
 def _device_coordinate(size: int, stride: int, value: int) -> torch.Tensor:
