@@ -23,8 +23,15 @@ class Placement:
     axis: str
     dim: int = -1
     op: str = "sum"
+    # A shard of a dim made of parts (a fused [Wq|Wk|Wv] weight): sizes in baseline units;
+    # the device holds its block of every part, in part order (Megatron's partition_stride,
+    # DTensor's _StridedShard, here with unequal parts). Empty: one part, a plain shard.
+    parts: tuple[int, ...] = ()
 
     def __str__(self) -> str:
+        if self.kind == "shard" and self.parts:
+            sizes = ", ".join(map(str, self.parts))
+            return f"shard({self.dim}, {self.axis}, parts=[{sizes}])"
         if self.kind == "shard":
             return f"shard({self.dim}, {self.axis})"
         if self.kind == "rescaled":
@@ -39,7 +46,10 @@ class Placement:
 Layout = tuple[Placement, ...]
 REPLICATE: Layout = ()
 
-_PLACEMENT = re.compile(r"\s*(shard|partial)\s*\(\s*([A-Za-z0-9_-]+)\s*,\s*([A-Za-z_]\w*)\s*\)")
+_PLACEMENT = re.compile(
+    r"\s*(shard|partial)\s*\(\s*([A-Za-z0-9_-]+)\s*,\s*([A-Za-z_]\w*)\s*"
+    r"(?:,\s*parts\s*=\s*\[([^\]]*)\]\s*)?\)"
+)
 
 
 def layout_str(layout: Layout) -> str:
@@ -76,11 +86,11 @@ def parse_layout(text: str, mesh: Mesh, where: str = "") -> Layout:
         match = _PLACEMENT.match(text, pos)
         if not match:
             raise ScalifyError(
-                f"bad layout {text!r}: expected replicate, shard(DIM, AXIS) or "
-                "partial(sum|max|min, AXIS)",
+                f"bad layout {text!r}: expected replicate, shard(DIM, AXIS), "
+                "shard(DIM, AXIS, parts=[SIZE, ...]) or partial(sum|max|min, AXIS)",
                 where,
             )
-        kind, arg, axis = match.groups()
+        kind, arg, axis, parts = match.groups()
         if axis not in mesh.names:
             raise ScalifyError(f"layout {text!r} names axis {axis!r}, not in mesh {mesh}", where)
         if kind == "shard":
@@ -88,13 +98,28 @@ def parse_layout(text: str, mesh: Mesh, where: str = "") -> Layout:
                 raise ScalifyError(
                     f"bad layout {text!r}: shard dim must be a non-negative integer", where
                 )
-            placements.append(Placement("shard", axis, dim=int(arg)))
+            placements.append(
+                Placement("shard", axis, dim=int(arg), parts=_parts(parts, text, where))
+            )
         else:
+            if parts is not None:
+                raise ScalifyError(f"bad layout {text!r}: only a shard has parts", where)
             if arg not in ("sum", "max", "min"):
                 raise ScalifyError(f"bad layout {text!r}: partial op is sum, max or min", where)
             placements.append(Placement("partial", axis, op=arg))
         pos = match.end()
     return tuple(placements)
+
+
+def _parts(text: str | None, layout: str, where: str) -> tuple[int, ...]:
+    if text is None:
+        return ()
+    sizes = [t.strip() for t in text.split(",") if t.strip()]
+    if len(sizes) < 2 or not all(t.isdigit() and int(t) > 0 for t in sizes):
+        raise ScalifyError(
+            f"bad layout {layout!r}: parts=[...] lists two or more positive sizes", where
+        )
+    return tuple(int(t) for t in sizes)
 
 
 def local_shape(shape: tuple[int, ...], layout: Layout, mesh: Mesh) -> tuple[int, ...]:

@@ -43,6 +43,10 @@ class RelationsFile:
     infer_outputs: bool = False
 
 
+# `"outputs": "inferred"`: every output's layout from its shape ratios, as for inputs.
+INFER_OUTPUTS = "inferred"
+
+
 def _unstated_output(
     index: int, b_shape: tuple, d_shape: tuple, mesh: Mesh, where: str, path: str
 ) -> ScalifyError:
@@ -79,8 +83,12 @@ def read_relations_file(path: str) -> RelationsFile:
             path,
         )
     outputs = data.get("outputs")
+    if outputs == INFER_OUTPUTS:
+        return RelationsFile(path, data.get("mesh"), dict(data.get("inputs", {})), None, True)
     if outputs is not None and not isinstance(outputs, list):
-        raise ScalifyError('"outputs" must be a list of layouts, one per output', path)
+        raise ScalifyError(
+            f'"outputs" must be a list of layouts, one per output, or "{INFER_OUTPUTS}"', path
+        )
     return RelationsFile(path, data.get("mesh"), dict(data.get("inputs", {})), outputs)
 
 
@@ -200,6 +208,7 @@ def _check_shape(layout: Layout, base_shape, dist_shape, mesh: Mesh, where: str)
                 f"(size {base_shape[p.dim]}) of shape {list(base_shape)}",
                 where,
             )
+    _check_parts(layout, base_shape, mesh, where)
     expected = local_shape(tuple(base_shape), layout, mesh)
     if expected != tuple(dist_shape):
         raise ScalifyError(
@@ -207,6 +216,31 @@ def _check_shape(layout: Layout, base_shape, dist_shape, mesh: Mesh, where: str)
             f"distributed graph has {list(dist_shape)}",
             where,
         )
+
+
+def _check_parts(layout: Layout, base_shape, mesh: Mesh, where: str) -> None:
+    """Parts cover their dim exactly, each splits evenly over the axis, and no other
+    placement cuts that dim (whose blocks would then be blocks of blocks of parts)."""
+    parted = [p for p in layout if p.parts]
+    if len(parted) > 1:
+        raise ScalifyError(f"{layout_str(layout)}: only one placement may have parts", where)
+    for p in parted:
+        if sum(p.parts) != base_shape[p.dim]:
+            raise ScalifyError(
+                f"{layout_str(layout)}: the parts add up to {sum(p.parts)}, but dim {p.dim} "
+                f"of shape {list(base_shape)} has {base_shape[p.dim]}",
+                where,
+            )
+        n = mesh.axis_size(p.axis)
+        if any(size % n for size in p.parts):
+            raise ScalifyError(
+                f"{layout_str(layout)}: mesh axis {p.axis}={n} does not divide every part",
+                where,
+            )
+        if any(q is not p and q.kind == "shard" and q.dim == p.dim for q in layout):
+            raise ScalifyError(
+                f"{layout_str(layout)}: dim {p.dim} has parts and another shard", where
+            )
 
 
 def input_relations(

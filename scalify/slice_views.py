@@ -27,7 +27,9 @@ from dataclasses import replace
 from .ir import Graph, Node
 
 
-def with_slice_alternatives(graph: Graph, baseline: bool) -> Graph:
+def with_slice_alternatives(
+    graph: Graph, baseline: bool, parts: dict[int, set[tuple[int, int, int]]] | None = None
+) -> Graph:
     """A copy of `graph` with the moved forms of its one-dim slices, each placed right after
     the slice it equals (graph order stays topological, layer cuts stay where they were).
 
@@ -37,12 +39,15 @@ def with_slice_alternatives(graph: Graph, baseline: bool) -> Graph:
     graph can relate a node to two baseline terms that are equal but not joined (the rules
     build them from the node's two forms), and every op after it then doubles the terms the
     proof builds: a slice moved into `x @ split(w)` (RoPE's halves of heads projected
-    straight from a viewed weight) did that."""
+    straight from a viewed weight) did that.
+
+    `parts`: (dim, start, end) cuts of distributed nodes whose layout has parts (a fused
+    weight given per part, part_layouts.py); a slice moved onto one of them picks a part."""
     copy = replace(graph, nodes=dict(graph.nodes), equalities=list(graph.equalities), derived={})
-    mover = _Mover(copy)
+    mover = _Mover(copy, parts or {})
     placed: dict[int, list[int]] = {}
     for node in list(copy.nodes.values()):
-        cut = _one_dim_cut(node, copy)
+        cut = one_dim_cut(node, copy)
         if cut is None and not (baseline and node.op in ("merge", "split", "dot")):
             continue
         first = mover.next_id
@@ -71,7 +76,7 @@ def with_slice_alternatives(graph: Graph, baseline: bool) -> Graph:
     return copy
 
 
-def _one_dim_cut(node: Node, graph: Graph) -> tuple[int, int, int] | None:
+def one_dim_cut(node: Node, graph: Graph) -> tuple[int, int, int] | None:
     """(dim, start, limit) when `node` is a stride-1 slice of exactly one dim."""
     if node.op != "slice":
         return None
@@ -88,8 +93,9 @@ def _one_dim_cut(node: Node, graph: Graph) -> tuple[int, int, int] | None:
 
 
 class _Mover:
-    def __init__(self, graph: Graph) -> None:
+    def __init__(self, graph: Graph, parts: dict[int, set[tuple[int, int, int]]]) -> None:
         self.graph = graph
+        self.parts = parts
         self.next_id = max(graph.nodes, default=-1) + 1
         self.picked = False  # the last move picked a piece of a concatenation or a merge
 
@@ -108,6 +114,8 @@ class _Mover:
         return moved
 
     def _plain(self, x: int, d: int, s: int, e: int, like: Node) -> int:
+        if (d, s, e) in self.parts.get(x, ()):
+            self.picked = True
         shape = self.graph.node(x).shape
         starts = tuple(s if i == d else 0 for i in range(len(shape)))
         limits = tuple(e if i == d else n for i, n in enumerate(shape))

@@ -27,9 +27,11 @@ from .ir import Graph
 from .layout import canonical, layout_str, local_shape
 from .mesh import Mesh, parse_mesh
 from .nearest import rules_for_op
+from .ops.structural import is_elided
 from .neighbourhood import neighbourhood
 from .ops import COLLECTIVES
 from .parallel import PREFETCH_AFTER, prefetch_segments
+from .part_layouts import infer_parts, local_part_cuts, with_part_views
 from .partition import (
     cut_points,
     merge_segments,
@@ -101,7 +103,7 @@ def verify_graphs(
 ) -> Report:
     limits = limits or Limits()
     timings = dict(timings or {})
-    inputs = input_relations(base, dist, mesh, given)
+    inputs = infer_parts(base, dist, input_relations(base, dist, mesh, given), mesh)
     if inherit_assumed_ranges(base, dist, inputs):
         dist = canonicalize(dist)  # the distributed graph's lookup guards fold now too
     outputs = output_relations(base, dist, mesh, given)
@@ -136,7 +138,7 @@ def verify_graphs(
             notes.append(note)
     if stats.limit:
         notes.append(f"saturation stopped early: {stats.limit}; the verdict may be incomplete")
-    notes += assumption_notes(base)
+    notes += assumption_notes(base, dist)
     opaque_nodes = [n for g in (base, dist) for n in g.opaque_nodes()]
     opaque = sorted({n.attrs.get("hlo_op", "?") for n in opaque_nodes})
     if opaque:
@@ -246,8 +248,10 @@ def prove(
     commands = vocabulary_facts(mesh, [base, dist])
     commands.append(rules_program)
     base_ids, dist_ids = set(base.nodes), set(dist.nodes)
+    parts = local_part_cuts(inputs, mesh)  # inputs related through their parts
+    base, dist, inputs = with_part_views(base, dist, inputs, mesh)
     base = with_slice_alternatives(alternative_forms(base), baseline=True)
-    dist = with_slice_alternatives(alternative_forms(dist), baseline=False)
+    dist = with_slice_alternatives(alternative_forms(dist), baseline=False, parts=parts)
     commands += GraphEncoder(base, "b", mesh, signatures).commands()
     commands += GraphEncoder(dist, "d", mesh, signatures).commands()
     commands += signature_facts(signatures)
@@ -265,7 +269,8 @@ def prove(
         if d in dist_ids
     }
     relations = {d: r for d, r in relations.items() if r}
-    return Proof(relations, replicated & dist_ids, stats, reached=reached - set(relations))
+    reached = (reached | set(parts)) - set(relations)
+    return Proof(relations, replicated & dist_ids, stats, reached=reached)
 
 
 @dataclass
@@ -469,9 +474,26 @@ def inherit_assumed_ranges(base: Graph, dist: Graph, inputs: list[Relation]) -> 
     return changed
 
 
-def assumption_notes(base: Graph) -> list[str]:
-    """What the verdict assumes about the inputs (lookup indices in range: int_ranges.py)."""
-    return [
+def assumption_notes(base: Graph, dist: Graph) -> list[str]:
+    """What the verdict assumes about the inputs (lookup indices in range: int_ranges.py),
+    and about literals the dumps elide."""
+    elided = sorted(
+        {
+            f"{n.dtype}{list(n.shape)}"
+            for g in (base, dist)
+            for n in g.nodes.values()
+            if n.op == "constant" and is_elided(str(n.attrs.get("value", "")))
+        }
+    )
+    notes = (
+        [
+            "assumed: constants the graphs print as {...} (values elided) are equal wherever "
+            f"their type and shape are: {', '.join(elided)}"
+        ]
+        if elided
+        else []
+    )
+    return notes + [
         f"assumed: input `{base.input_name(i)}` lies in [{lo}, {hi + 1}) (a lookup index; "
         "out-of-range indices are outside what is verified)"
         for i in base.inputs
