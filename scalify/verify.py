@@ -27,9 +27,9 @@ from .ir import Graph
 from .layout import canonical, layout_str, local_shape
 from .mesh import Mesh, parse_mesh
 from .nearest import rules_for_op
-from .ops.structural import is_elided
 from .neighbourhood import neighbourhood
 from .ops import COLLECTIVES
+from .ops.structural import is_elided
 from .parallel import PREFETCH_AFTER, prefetch_segments
 from .part_layouts import infer_parts, local_part_cuts, with_part_views
 from .partition import (
