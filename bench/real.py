@@ -3,10 +3,12 @@
     python bench/real.py [--out bench/real_results.json]
 
 One row per model of tests/real (torchtitan's Llama3 with its TP plan, transformers'
-LlamaForCausalLM with DistributedConfig): the whole `check_equivalent` call (tracing both
-programs, the device probes, proving) and the prove phase alone, side by side, plus the
-ratio tp 4 / tp 2 (the proof must not grow with the parallel degree). Needs the `real`
-extra (tests/real/README.md).
+LlamaForCausalLM with DistributedConfig, transformers-neuronx Llama graphs as torch-neuronx
+lowered them): the whole `check_equivalent` or `verify_files` call (tracing or loading
+both programs, the device probes, proving) and the prove phase alone, side by side, plus
+the ratios tp 4 / tp 2, tp 8 / tp 2 and 8 layers / 1 layer (the proof must not grow with
+the parallel degree). Entangle's published times for the same Neuron graphs (16 cores)
+are printed beside ours. Needs the `real` extra (tests/real/README.md).
 """
 
 from __future__ import annotations
@@ -65,19 +67,55 @@ def transformers_rows() -> list[tuple[str, float, float, str]]:
     return rows
 
 
+# Entangle (nyu-systems/Entangle, its paper's evaluation) on 16 cores: about 10 s for one
+# layer at tp 2 and about 240 s for eight layers at tp 8.
+ENTANGLE_SECONDS = {"neuron llama tp=2 layers=1": 10.0, "neuron llama tp=8 layers=8": 240.0}
+
+
+def neuron_rows() -> list[tuple[str, float, float, str]]:
+    from scalify.verify import verify_files
+
+    data = REPO / "tests" / "real" / "neuron"
+    rows = []
+    with tempfile.TemporaryDirectory() as folder:
+        relations = Path(folder) / "relations.json"
+        relations.write_text('{"outputs": "inferred"}')
+        for layers in (1, 8):
+            for tp in (2, 4, 8):
+                start = time.perf_counter()
+                report = verify_files(
+                    str(data / f"tp1_layer{layers}.hlo.gz"),
+                    str(data / f"tp{tp}_layer{layers}.hlo.gz"),
+                    REPO / "rules",
+                    mesh=f"tp={tp}",
+                    relations=str(relations),
+                )
+                total = time.perf_counter() - start
+                name = f"neuron llama tp={tp} layers={layers}"
+                rows.append(
+                    (name, total, report.stats["seconds"].get("prove", 0.0), report.verdict)
+                )
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(REPO / "bench" / "real_results.json"))
     args = parser.parse_args()
-    rows = torchtitan_rows() + transformers_rows()
-    print(f"{'model':36s} {'verify s':>9s} {'prove s':>8s}  verdict")
+    rows = torchtitan_rows() + transformers_rows() + neuron_rows()
+    print(f"{'model':36s} {'verify s':>9s} {'prove s':>8s} {'Entangle s':>10s}  verdict")
     for name, total, prove, verdict in rows:
-        print(f"{name:36s} {total:9.2f} {prove:8.2f}  {verdict}")
+        theirs = f"{ENTANGLE_SECONDS[name]:10.0f}" if name in ENTANGLE_SECONDS else " " * 10
+        print(f"{name:36s} {total:9.2f} {prove:8.2f} {theirs}  {verdict}")
     by_name = {name: total for name, total, _, _ in rows}
     ratios = {
         "torchtitan tp4/tp2": by_name["torchtitan llama3 tp=4"] / by_name["torchtitan llama3 tp=2"],
         "torchtitan sp tp4/tp2": by_name["torchtitan llama3 tp=4 sp"]
         / by_name["torchtitan llama3 tp=2 sp"],
+        "neuron tp8/tp2 (8 layers)": by_name["neuron llama tp=8 layers=8"]
+        / by_name["neuron llama tp=2 layers=8"],
+        "neuron 8 layers/1 layer (tp 2)": by_name["neuron llama tp=2 layers=8"]
+        / by_name["neuron llama tp=2 layers=1"],
     }
     for name, value in ratios.items():
         print(f"ratio {name}: {value:.2f}")

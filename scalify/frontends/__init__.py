@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 from pathlib import Path
 
 from scalify.canonicalize import canonicalize
@@ -21,8 +22,13 @@ def load_graph(path: str, custom_calls: dict[str, CustomCall] | None = None) -> 
 
         return canonicalize(load_fx(path))  # an FX program holds no custom calls
     try:
-        text = file.read_text()
-    except (OSError, UnicodeDecodeError) as err:
+        # HLO text compresses some 50x (torch-neuronx repeats the Python stack on every op)
+        text = (
+            gzip.decompress(file.read_bytes()).decode()
+            if file.suffix == ".gz"
+            else file.read_text()
+        )
+    except (OSError, EOFError, UnicodeDecodeError) as err:
         raise ScalifyError(f"cannot read graph file: {err}", path) from None
     if text.lstrip().startswith("HloModule"):
         return parse_graph_text(text, path, custom_calls)

@@ -1,28 +1,84 @@
-"""AWS Neuron graphs as torch-neuronx prints them: locations from the stack in the metadata,
-and the Neuron custom calls given meaning by rules/neuron.srl."""
+"""AWS Neuron graphs as torch-neuronx prints them (transformers-neuronx Llama, from Entangle's
+public data): locations from the stack in the metadata, the Neuron custom calls given meaning
+by rules/neuron.srl, and the tensor-parallel programs proved against the single-device one,
+with the fused QKV weight's per-part layout inferred from how both programs cut it."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import pytest
 from scalify.compiler.compile import compile_rule_dir
 
 from scalify.frontends import load_graph
+from scalify.verify import verify_files
 
 HERE = Path(__file__).resolve().parent / "neuron"
 RULES = Path(__file__).resolve().parents[2] / "rules"
+FUSED_QKV = "p9: shard(1, tp, parts=[2048, 512, 512]) (inferred from how both graphs cut it)"
+
+
+@pytest.fixture(scope="module")
+def relations(tmp_path_factory) -> str:
+    """All a Neuron pair needs: the per-rank outputs (logits, K and V caches) stay sharded."""
+    path = tmp_path_factory.mktemp("neuron") / "relations.json"
+    path.write_text(json.dumps({"outputs": "inferred"}))
+    return str(path)
+
+
+def _verify(baseline: str, distributed: str, tp: int, relations: str):
+    return verify_files(
+        str(HERE / baseline), str(HERE / distributed), RULES, mesh=f"tp={tp}", relations=relations
+    )
 
 
 def test_neuron_custom_calls_take_their_declared_meaning():
     rules = compile_rule_dir(RULES)
-    for name in ("tp1_layer1.hlo", "tp2_layer1.hlo"):
+    for name in ("tp1_layer1.hlo.gz", "tp2_layer1.hlo.gz"):
         graph = load_graph(str(HERE / name), rules.custom_calls)
         assert not [n for n in graph.opaque_nodes() if n.attrs.get("hlo_op") == "custom-call"]
 
 
 def test_locations_come_from_the_stack_in_the_metadata():
-    graph = load_graph(str(HERE / "tp2_layer1.hlo"))
+    graph = load_graph(str(HERE / "tp2_layer1.hlo.gz"))
     files = {n.loc.file for n in graph.nodes.values() if n.loc is not None}
     assert all(f.startswith("transformers_neuronx/") for f in files), sorted(files)[:5]
     sites = {str(n.loc.call_site) for n in graph.nodes.values() if n.loc and n.loc.call_site}
     assert any(s.startswith("transformers_neuronx/layers/attention.py:") for s in sites)
+
+
+@pytest.mark.parametrize("tp", [2, 4, 8])
+def test_one_layer_is_equivalent_at_every_degree(tp, relations):
+    report = _verify("tp1_layer1.hlo.gz", f"tp{tp}_layer1.hlo.gz", tp, relations)
+    assert report.verdict == "equivalent", report.to_text()
+    assert FUSED_QKV in report.relations["inputs"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tp", [2, 4, 8])
+def test_eight_layers_are_equivalent(tp, relations):
+    report = _verify("tp1_layer8.hlo.gz", f"tp{tp}_layer8.hlo.gz", tp, relations)
+    assert report.verdict == "equivalent", report.to_text()
+    assert len(report.outputs) == 17  # the logits and each layer's K and V caches
+
+
+def test_the_fused_weight_cut_as_one_block_is_not_proved(relations, tmp_path):
+    """A plain shard of [Q|K|V] (what shapes alone suggest) gives each device the wrong
+    columns: no proof, and the report points at the slices of the fused product."""
+    plain = tmp_path / "plain.json"
+    plain.write_text(json.dumps({"inputs": {"p9": "shard(1, tp)"}, "outputs": "inferred"}))
+    report = _verify("tp1_layer1.hlo.gz", "tp2_layer1.hlo.gz", 2, str(plain))
+    assert report.verdict != "equivalent"
+    assert report.suspects[0].op == "slice"
+    assert "per part" in report.suspects[0].reason
+
+
+def test_the_broken_qkv_slice_is_caught_at_its_line(relations):
+    """Entangle's planted bug: the K slice of the fused product starts at 0, not 1024."""
+    report = _verify("tp1_layer1.hlo.gz", "tp2_layer1_broken.hlo.gz", 2, relations)
+    assert report.verdict == "not_equivalent"
+    first = report.suspects[0]
+    assert first.node == "slice.54"
+    assert str(first.called_from) == "transformers_neuronx/layers/attention.py:124"
+    assert "output 1" in report.counterexample
