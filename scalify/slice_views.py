@@ -167,6 +167,13 @@ class _Mover:
             scale = inner if d == p else 1
             below = self._deeper(node.operands[0], source, s * scale, e * scale, like)
             return self._add(node, "split", (below,), shape, a)
+        if op == "take":  # a cut of a table dim cuts the table (one expert's fused weight)
+            index_rank = len(self.graph.node(node.operands[1]).shape)
+            if d < index_rank:
+                return None
+            table_dim = d - index_rank + (d - index_rank >= a["dim"])
+            below = self._deeper(node.operands[0], table_dim, s, e, like)
+            return self._add(node, "take", (below, node.operands[1]), shape, a)
         if op == "slice_at" and a["dim"] != d:
             below = self._deeper(node.operands[0], d, s, e, like)
             return self._add(node, "slice_at", (below, node.operands[1]), shape, a)

@@ -62,3 +62,28 @@ def test_moved_slices_and_views_equal_their_originals_in_both_graphs(fused_llama
     assert pairs_agree(base_alt, base_values) >= 2  # at least the q/k/v and gate/up cuts
     for values in per_device:
         pairs_agree(dist_alt, values)
+
+
+LOOKUP_THEN_CUT = """HloModule lookup_then_cut
+
+ENTRY main {
+  w = f32[3,8,6] parameter(0)
+  ids = s32[4,1] parameter(1)
+  rows = f32[4,8,6] gather(w, ids), offset_dims={1,2}, collapsed_slice_dims={0}, start_index_map={0}, index_vector_dim=1, slice_sizes={1,8,6}
+  ROOT cut = f32[4,8,3] slice(rows), slice={[0:4], [0:8], [2:5]}
+}
+"""
+
+
+def test_a_cut_of_looked_up_rows_moves_into_the_table():
+    """One expert's fused weight picked by id, then cut: the cut moves into the table."""
+    from scalify.frontends import parse_graph_text
+
+    graph = parse_graph_text(LOOKUP_THEN_CUT, "lookup.hlo")
+    moved = derived(graph, True)
+    assert any(
+        n.op == "take" and moved.node(n.operands[0]).op == "slice" for n in moved.nodes.values()
+    )
+    rng = np.random.default_rng(0)
+    values = run_baseline(moved, {i: random_input(graph.node(i), rng) for i in graph.inputs})
+    assert pairs_agree(moved, values) >= 1

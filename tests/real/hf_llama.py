@@ -1,5 +1,6 @@
-"""transformers' LlamaForCausalLM, tiny and random, saved as a checkpoint and loaded tensor
-parallel the way its users load it, for the tests and the benchmark (no download)."""
+"""transformers' LlamaForCausalLM and MixtralForCausalLM, tiny and random, saved as
+checkpoints and loaded tensor parallel the way their users load them, for the tests and the
+benchmark (no download)."""
 
 from __future__ import annotations
 
@@ -30,18 +31,48 @@ def save_tiny_llama(folder: Path) -> Path:
     return folder
 
 
-def load(checkpoint: Path, tp: int = 2, **distributed: Any) -> tuple[Any, Any, Any]:
+def save_tiny_mixtral(folder: Path, kv_heads: int = 2) -> Path:
+    """A random 1-layer Mixtral of width 64 with 4 experts, 2 per token, saved at `folder`."""
+    from transformers import MixtralConfig, MixtralForCausalLM
+
+    config = MixtralConfig(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=kv_heads,
+        vocab_size=VOCAB,
+        max_position_embeddings=64,
+        num_local_experts=4,
+        num_experts_per_tok=2,
+        tie_word_embeddings=False,
+    )
+    torch.manual_seed(0)
+    MixtralForCausalLM(config).save_pretrained(folder)
+    return folder
+
+
+def load(
+    checkpoint: Path,
+    tp: int = 2,
+    model_class: str = "LlamaForCausalLM",
+    options: dict[str, Any] | None = None,
+    **distributed: Any,
+) -> tuple[Any, Any, Any]:
     """(baseline, the same checkpoint loaded with `DistributedConfig(tp_size=tp, ...)`,
-    the device mesh of the fake job it runs in)."""
-    from transformers import LlamaForCausalLM
+    the device mesh of the fake job it runs in); `options` go to both `from_pretrained`."""
+    import transformers
     from transformers.distributed import DistributedConfig
 
     from scalify.api import fake_mesh
 
+    cls = getattr(transformers, model_class)
     mesh = fake_mesh(f"tp={tp}")
-    baseline = LlamaForCausalLM.from_pretrained(checkpoint).eval()
-    model = LlamaForCausalLM.from_pretrained(
-        checkpoint, distributed_config=DistributedConfig(tp_size=tp, **distributed)
+    baseline = cls.from_pretrained(checkpoint, **(options or {})).eval()
+    model = cls.from_pretrained(
+        checkpoint,
+        distributed_config=DistributedConfig(tp_size=tp, **distributed),
+        **(options or {}),
     ).eval()
     return baseline, model, mesh
 

@@ -1,0 +1,55 @@
+"""transformers' own MixtralForCausalLM (its batched-matmul experts), loaded tensor parallel
+with its own plan: the experts' fused [gate | up] weight is `packed_colwise` (each device
+holds its block of gate and of up), which Scalify infers from how both programs cut it; the
+experts' output left unreduced is caught."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from real_support import require
+
+require("transformers", "accelerate")
+
+from hf_llama import load, save_tiny_mixtral, token_ids  # noqa: E402
+
+from scalify.api import check_equivalent  # noqa: E402
+
+BATCHED = {"experts_implementation": "batched_mm"}
+GATE_UP = (
+    "model_layers_0_mlp_experts_gate_up_proj: shard(1, tp, parts=[128, 128]) "
+    "(inferred from how both graphs cut it)"
+)
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    return {
+        kv: save_tiny_mixtral(tmp_path_factory.mktemp(f"tiny-mixtral-{kv}"), kv_heads=kv)
+        for kv in (2, 4)
+    }
+
+
+@pytest.mark.parametrize("tp", [2, 4])
+def test_mixtral_with_its_own_plan_is_proved(checkpoints, tp):
+    baseline, model, mesh = load(checkpoints[tp], tp, "MixtralForCausalLM", BATCHED)
+    with torch.no_grad():
+        report = check_equivalent(baseline, model, mesh=mesh, example_inputs=(token_ids(),))
+    assert report.verdict == "equivalent", [s.reason for s in report.suspects[:2]]
+    assert GATE_UP in report.relations["inputs"]
+
+
+def test_experts_left_unreduced_are_caught(checkpoints):
+    """`local_params` for the experts module where its plan says `moe_tp_experts`: each
+    device keeps its partial sum of the experts' output."""
+    from transformers import MixtralConfig
+
+    plan = {f"model.{k}": v for k, v in MixtralConfig().base_model_tp_plan.items()}
+    plan["model.layers.*.mlp.experts"] = "local_params"
+    baseline, model, mesh = load(checkpoints[2], 2, "MixtralForCausalLM", BATCHED, tp_plan=plan)
+    with torch.no_grad():
+        report = check_equivalent(baseline, model, mesh=mesh, example_inputs=(token_ids(),))
+    assert report.verdict == "not_equivalent"
+    first = report.suspects[0]
+    assert "all-reduce over tp missing" in first.reason
+    assert "transformers/integrations/moe.py" in first.reason
