@@ -64,14 +64,18 @@ def test_moved_slices_and_views_equal_their_originals_in_both_graphs(fused_llama
         pairs_agree(dist_alt, values)
 
 
-LOOKUP_THEN_CUT = """HloModule lookup_then_cut
+GATHER = (
+    "gather(w, ids), offset_dims={1,2}, collapsed_slice_dims={0}, start_index_map={0}, "
+    "index_vector_dim=1, slice_sizes={1,8,6}"
+)
+LOOKUP_THEN_CUT = f"""HloModule lookup_then_cut
 
-ENTRY main {
+ENTRY main {{
   w = f32[3,8,6] parameter(0)
   ids = s32[4,1] parameter(1)
-  rows = f32[4,8,6] gather(w, ids), offset_dims={1,2}, collapsed_slice_dims={0}, start_index_map={0}, index_vector_dim=1, slice_sizes={1,8,6}
-  ROOT cut = f32[4,8,3] slice(rows), slice={[0:4], [0:8], [2:5]}
-}
+  rows = f32[4,8,6] {GATHER}
+  ROOT cut = f32[4,8,3] slice(rows), slice={{[0:4], [0:8], [2:5]}}
+}}
 """
 
 
