@@ -286,7 +286,11 @@ def _fold(graph: Graph) -> Graph:
     def add(node: Node) -> None:
         operands = tuple(alias.get(o, o) for o in node.operands)
         node.operands = operands
-        if operands and _only_adds_unit_dims(node, nodes[operands[0]]):
+        if (
+            operands
+            and node.id not in paired  # a kept broadcast form stays one (canonicalised again)
+            and _only_adds_unit_dims(node, nodes[operands[0]])
+        ):
             node.op, node.attrs = "reshape", {}
         if len(operands) == 1 and is_identity(node, nodes[operands[0]]):
             alias[node.id] = operands[0]

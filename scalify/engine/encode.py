@@ -60,8 +60,16 @@ def shape_free_nodes(graph: Graph) -> set[int]:
         # Two broadcasts that meet only each other cannot both drop their sizes, but one
         # can: keep fills of literals free (their sizes are what differs between a sharded
         # and a baseline graph) and give the broadcasts of computed values their sizes first.
-        computed = {n for n in lost if not _of_literal(graph, n)}
-        free -= computed or lost
+        # Among those, the broadcast with the fewest new dims gets its sizes first: its
+        # sizes are the fewest a layout can change (a norm's `rsqrt` broadcast along the
+        # hidden dim keeps it, the scale's broadcast along batch and sequence loses it).
+        computed = {n for n in lost if not _of_literal(graph, n)} or lost
+        fewest = min(_new_dims(graph.node(n)) for n in computed)
+        free -= {n for n in computed if _new_dims(graph.node(n)) == fewest}
+
+
+def _new_dims(node: Node) -> int:
+    return len(node.shape) - len(node.attrs.get("dims", ()))
 
 
 def _sized_by_user(user: Node, operand: int) -> bool:
