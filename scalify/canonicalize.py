@@ -10,7 +10,7 @@ from __future__ import annotations
 from .all_to_all import fold_tiled_all_to_all
 from .block_lookup import fold_block_lookups
 from .device_tables import fold_device_tables
-from .int_ranges import fold_int_ranges
+from .int_ranges import fold_int_ranges, is_int_dtype
 from .ir import Graph, Node
 from .one_hot import fold_one_hots
 from .static_indices import fold_static_indices
@@ -295,6 +295,12 @@ def _fold(graph: Graph) -> Graph:
         if len(operands) == 1 and is_identity(node, nodes[operands[0]]):
             alias[node.id] = operands[0]
             return
+        if node.op == "sub" and node.shape == ():  # device-index arithmetic: x - 0, x - x
+            if _is_zero(nodes[operands[1]]) and nodes[operands[0]].dtype == node.dtype:
+                alias[node.id] = operands[0]
+                return
+            if operands[0] == operands[1] and is_int_dtype(node.dtype):
+                node.op, node.operands, node.attrs = "constant", (), {"value": "0"}
         inner = nodes[operands[0]] if operands else None
         if node.op == "transpose" and inner is not None and inner.op == "transpose":
             perm, first = node.attrs["perm"], inner.attrs["perm"]  # one transpose, composed

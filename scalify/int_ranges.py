@@ -25,6 +25,9 @@ from .ir import Graph, Node
 Range = tuple[float, float]  # lo, hi; +-inf when unbounded
 
 _UNARY_SAME = {"broadcast", "reshape", "merge", "split", "transpose", "slice", "copy"}
+# Collectives that only move entries between devices: every device runs the same program on
+# inputs in the same assumed range, so what one receives lies in the range its sender's has.
+_MOVES = {"all_gather", "collective_permute", "all_to_all"}
 
 
 def fold_int_ranges(graph: Graph) -> dict[int, Range]:
@@ -206,7 +209,7 @@ def _range(
         return (0, node.shape[int(node.attrs.get("dim", 0))] - 1)
     if op == "convert" and nodes[ops[0]].dtype == "pred":
         return (0, 1)
-    if op in _UNARY_SAME or op == "convert":
+    if op in _UNARY_SAME or op in _MOVES or op == "convert":
         return got[0]
     if op == "select":
         if ops[0] in truth:

@@ -81,6 +81,28 @@ class Mesh:
             return ",".join(self.names)
         return _resolve(self, groups, ordered)
 
+    def axis_images(self, pairs: tuple[tuple[int, int], ...]) -> dict[str, str] | None:
+        """For a permute (source, target pairs) that hands every device the value of the
+        device whose coordinates are its own with some axes exchanged (XLA's transpose of
+        the fsdp and tensor devices): each axis c mapped to the axis whose coordinate on the
+        receiver is c's coordinate on the sender. None for any other permute."""
+        everyone = list(range(self.size))
+        if sorted(s for s, _ in pairs) != everyone or sorted(t for _, t in pairs) != everyone:
+            return None
+        images: dict[str, str] = {}
+        for c, size in self.axes:
+            candidates = [
+                e
+                for e, other in self.axes
+                if other == size
+                and e not in images.values()
+                and all(self.coords(s)[c] == self.coords(t)[e] for s, t in pairs)
+            ]
+            if not candidates:
+                return None
+            images[c] = c if c in candidates else candidates[0]
+        return images
+
 
 def _canonical(groups, ordered: bool) -> frozenset:
     return frozenset(tuple(g) if ordered else frozenset(g) for g in groups)

@@ -40,8 +40,12 @@ def _groups_key(k: KeyInput, sig) -> list[str]:
 
 
 def _pairs_key(k: KeyInput, sig) -> list[str]:
-    pairs = "pairs=" + ints(f"{s}>{t}" for s, t in k.node.attrs.get("pairs", ()))
-    return _with_axes(pairs, k, sig)
+    pairs = tuple(k.node.attrs.get("pairs", ()))
+    images = k.mesh.axis_images(pairs)
+    if images is not None:  # what the permute-* rules of prelude.egg read
+        sig.attrs_s["permutes"] = "axes"
+        sig.attrs_s.update({f"image:{c}": e for c, e in images.items()})
+    return _with_axes("pairs=" + ints(f"{s}>{t}" for s, t in pairs), k, sig)
 
 
 def _group_size(node, mesh: Mesh) -> int:
