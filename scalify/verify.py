@@ -50,6 +50,7 @@ from .relations import (
 from .report.model import EQUIVALENT, NOT_EQUIVALENT, UNKNOWN, OutputResult, Report, Suspect
 from .simulate import NotSimulable, simulate
 from .slice_views import with_slice_alternatives
+from .unit_broadcasts import with_unit_broadcast_forms
 from .unit_dims import with_unit_alternatives
 from .unit_round_trips import with_round_trip_forms
 
@@ -252,6 +253,7 @@ def prove(
     base, dist, inputs = with_part_views(base, dist, inputs, mesh)
     base = with_slice_alternatives(alternative_forms(base), baseline=True)
     dist = with_slice_alternatives(alternative_forms(dist), baseline=False, parts=parts)
+    dist = with_unit_broadcast_forms(dist)
     commands += GraphEncoder(base, "b", mesh, signatures).commands()
     commands += GraphEncoder(dist, "d", mesh, signatures).commands()
     commands += signature_facts(signatures)

@@ -13,6 +13,9 @@ from scalify.ops import ELEMENTWISE, NOT_PURE, SIZED_OPERAND
 
 from .signature import Signature, node_signature
 
+# what unit_broadcasts.py marks: the twins it adds (graph.derived) and its broadcasts' names
+UNIT_TWINS, UNIT_FORM = "unit_twins", ".unit_broadcast"
+
 
 def egg_string(text: str) -> str:
     """A string literal egglog accepts; keys are only compared, so mapping quotes is safe."""
@@ -26,8 +29,27 @@ def shape_free_nodes(graph: Graph) -> set[int]:
     output sizes only when every user is elementwise and has another operand whose term pins
     the shape ("anchored"); otherwise a 2-row fill would equal an 8-row fill. Computed as a
     greatest fixpoint: candidates that lose their anchor are dropped until none does.
+
+    The equal forms of unit_broadcasts.py (an op's twin over `broadcast(squeeze(v))`) take
+    no part in that: they must not pin another broadcast's sizes, and their own broadcast is
+    free when the twin's other operand is anchored.
     """
-    users = graph.users()
+    twins = graph.derived.get(UNIT_TWINS, frozenset())
+    free = _free_broadcasts(graph, twins)
+    if twins:
+        anchored = _anchored(graph, free)
+        for twin in twins:
+            operands = graph.node(twin).operands
+            for o in operands:
+                if graph.node(o).name.endswith(UNIT_FORM) and any(
+                    p != o and p in anchored for p in operands
+                ):
+                    free.add(o)
+    return free
+
+
+def _free_broadcasts(graph: Graph, twins: frozenset[int]) -> set[int]:
+    users = {n: [u for u in us if u not in twins] for n, us in graph.users().items()}
     # The alternative form of a node (graph.equalities) stands where the node stands: it
     # shares its users.
     same = {n: {n} for n in graph.nodes}
