@@ -5,8 +5,10 @@
 Sources: every rule case that must be proved, the bundled MLP example, and with --jax the
 MLP re-exported at tp = 2, 4, 8 plus the flash-decoding, sequence-parallel, Ulysses,
 scanned-stack, all-to-all MoE and Mixtral examples. Prints tried / differing / caught /
-wrongly proved per source and in total; exits 1 if any differing mutant was proved
-equivalent.
+wrongly proved per source and in total, and how well the caught ones are localised: the
+share whose first suspect is on the mutated op's line (or, for a dropped collective, the
+line of the value it should have reduced), and whose first three suspects include it. Exits
+1 if any differing mutant was proved equivalent.
 """
 
 from __future__ import annotations
@@ -93,6 +95,11 @@ EXAMPLES = [
 ]
 
 
+def _share(part: int, whole: int) -> str:
+    """A percentage of the caught mutants whose mutated op has a line; `-` when none has."""
+    return f"{100 * part // whole}%" if whole else "-"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--jax", action="store_true", help="also export MLPs at tp=2,4,8")
@@ -114,13 +121,18 @@ def main() -> int:
             )
             sources += [(name, *rest) for _, *rest in hlo_pairs(out, *files)]
     total = MutationScore()
-    print(f"{'source':60s} {'tried':>5s} {'diff':>5s} {'caught':>6s} {'wrong':>5s}")
+    print(
+        f"{'source':52s} {'tried':>5s} {'diff':>5s} {'caught':>6s} {'wrong':>5s} "
+        f"{'at line':>7s} {'top 3':>5s}"
+    )
     for name, base, dist, mesh, given in sources:
         result = score(base, dist, rules, mesh, given)
         total.add(result)
         print(
-            f"{Path(name).name[:60]:60s} {result.tried:5d} {result.differing:5d} "
-            f"{result.caught:6d} {len(result.wrongly_proved):5d}"
+            f"{Path(name).name[:52]:52s} {result.tried:5d} {result.differing:5d} "
+            f"{result.caught:6d} {len(result.wrongly_proved):5d} "
+            f"{_share(result.first_at_line, result.located):>7s} "
+            f"{_share(result.top3_at_line, result.located):>5s}"
         )
     print(f"total: {total.line()}")
     for line in total.wrongly_proved:

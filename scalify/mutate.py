@@ -20,6 +20,9 @@ NON_COMMUTATIVE = ("sub", "div", "pow", "atan2", "rem")
 class Mutant:
     description: str
     graph: Graph
+    # the lines a report should point at: the mutated op's, and for a dropped collective
+    # also the line of the value it should have reduced
+    sites: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass
@@ -29,6 +32,9 @@ class MutationScore:
     caught: int = 0
     wrongly_proved: list[str] = field(default_factory=list)
     not_simulable: int = 0
+    located: int = 0  # caught mutants whose mutated op has a source line
+    first_at_line: int = 0  # ... whose first suspect is on it
+    top3_at_line: int = 0  # ... with it among the first three suspects
 
     def add(self, other: MutationScore) -> None:
         self.tried += other.tried
@@ -36,11 +42,16 @@ class MutationScore:
         self.caught += other.caught
         self.wrongly_proved += other.wrongly_proved
         self.not_simulable += other.not_simulable
+        self.located += other.located
+        self.first_at_line += other.first_at_line
+        self.top3_at_line += other.top3_at_line
 
     def line(self) -> str:
         return (
             f"tried {self.tried}, differing {self.differing}, caught {self.caught}, "
-            f"wrongly proved {len(self.wrongly_proved)}, not simulable {self.not_simulable}"
+            f"wrongly proved {len(self.wrongly_proved)}, not simulable {self.not_simulable}; "
+            f"localised: first suspect at the line {self.first_at_line}/{self.located}, "
+            f"in the first three {self.top3_at_line}/{self.located}"
         )
 
 
@@ -124,14 +135,14 @@ def mutants(graph: Graph, mesh: Mesh) -> Iterator[Mutant]:
         if node.op in NON_COMMUTATIVE and node.operands[0] != node.operands[1]:
             g = _copy(graph)
             g.nodes[node.id].operands = tuple(reversed(node.operands))
-            yield Mutant(f"swap the operands of {node.op} `{node.name}`", g)
+            yield Mutant(f"swap the operands of {node.op} `{node.name}`", g, _sites(node))
         if node.dtype in ("f32", "f64") and node.op in ("dot", "add", "mul", "reduce"):
             g = _copy(graph)
             down = _derived(g, node, "convert", (node.id,), node.shape, "bf16", {}, "bf16")
             _insert_after(g, node.id, down)
             up = _derived(g, node, "convert", (down.id,), node.shape, node.dtype, {}, "f32")
             _insert_after(g, down.id, up)
-            yield Mutant(f"round `{node.name}` through bf16", g)
+            yield Mutant(f"round `{node.name}` through bf16", g, _sites(node))
         if node.op == "transpose" and len(set(node.shape)) < len(node.shape):
             perm = list(node.attrs["perm"])
             for i in range(len(perm)):
@@ -141,7 +152,11 @@ def mutants(graph: Graph, mesh: Mesh) -> Iterator[Mutant]:
                         new = list(perm)
                         new[i], new[j] = new[j], new[i]
                         g.nodes[node.id].attrs["perm"] = tuple(new)
-                        yield Mutant(f"transpose `{node.name}` with perm {new}", g)
+                        yield Mutant(f"transpose `{node.name}` with perm {new}", g, _sites(node))
+
+
+def _sites(*nodes: Node) -> tuple[tuple[str, int], ...]:
+    return tuple((n.loc.file, n.loc.line) for n in nodes if n.loc is not None)
 
 
 def _early_cast(graph: Graph, node: Node) -> Iterator[Mutant]:
@@ -165,7 +180,9 @@ def _early_cast(graph: Graph, node: Node) -> Iterator[Mutant]:
     _redirect(g, cast.id, reduce_.id, skip=-1)
     del g.nodes[cast.id]
     yield Mutant(
-        f"cast to {cast.dtype} before all_reduce `{node.name}` (summed in {cast.dtype})", g
+        f"cast to {cast.dtype} before all_reduce `{node.name}` (summed in {cast.dtype})",
+        g,
+        _sites(node, users[0]),
     )
 
 
@@ -175,7 +192,7 @@ def _collective_mutants(graph: Graph, node: Node, mesh: Mesh) -> Iterator[Mutant
     for what, groups in _other_groups(node, mesh):
         g = _copy(graph)
         g.nodes[node.id].attrs["groups"] = groups
-        yield Mutant(f"{node.op} `{node.name}` over {what}", g)
+        yield Mutant(f"{node.op} `{node.name}` over {what}", g, _sites(node))
     if node.op != "all_reduce":
         return
     yield from _early_cast(graph, node)
@@ -183,17 +200,21 @@ def _collective_mutants(graph: Graph, node: Node, mesh: Mesh) -> Iterator[Mutant
     if swapped:
         g = _copy(graph)
         g.nodes[node.id].attrs["op"] = swapped
-        yield Mutant(f"all_reduce `{node.name}` with {swapped} instead of {node.attrs['op']}", g)
+        yield Mutant(
+            f"all_reduce `{node.name}` with {swapped} instead of {node.attrs['op']}",
+            g,
+            _sites(node),
+        )
     g = _copy(graph)
     _redirect(g, node.id, node.operands[0], skip=-1)
     del g.nodes[node.id]
-    yield Mutant(f"drop all_reduce `{node.name}`", g)
+    yield Mutant(f"drop all_reduce `{node.name}`", g, _sites(node, graph.node(node.operands[0])))
     g = _copy(graph)
     twice = _derived(
         g, node, "all_reduce", (node.id,), node.shape, node.dtype, dict(node.attrs), "again"
     )
     _insert_after(g, node.id, twice)
-    yield Mutant(f"all_reduce `{node.name}` applied twice", g)
+    yield Mutant(f"all_reduce `{node.name}` applied twice", g, _sites(node))
     g = _copy(graph)
     operand = g.nodes[node.operands[0]]
     one = _derived(g, node, "constant", (), (), operand.dtype, {"value": "1"}, "one")
@@ -207,7 +228,7 @@ def _collective_mutants(graph: Graph, node: Node, mesh: Mesh) -> Iterator[Mutant
     )
     _insert_before(g, node.id, bumped)
     g.nodes[node.id].operands = (bumped.id,)
-    yield Mutant(f"add a constant to the partial sum before `{node.name}`", g)
+    yield Mutant(f"add a constant to the partial sum before `{node.name}`", g, _sites(node))
 
 
 def score(base: Graph, dist: Graph, rules, mesh: Mesh, given=None) -> MutationScore:
@@ -241,6 +262,11 @@ def score(base: Graph, dist: Graph, rules, mesh: Mesh, given=None) -> MutationSc
         )
         if report.verdict == "equivalent":
             result.wrongly_proved.append(f"{dist.path}: {mutant.description}")
-        else:
-            result.caught += 1
+            continue
+        result.caught += 1
+        if mutant.sites:
+            lines = [(s.file, s.line) for s in report.suspects[:3]]
+            result.located += 1
+            result.first_at_line += bool(lines) and lines[0] in mutant.sites
+            result.top3_at_line += any(line in mutant.sites for line in lines)
     return result

@@ -90,7 +90,12 @@ def _broadcast_form(graph: Graph, value: Node, next_id: int) -> tuple[list[int],
 
 def _candidate(node: Node) -> bool:
     shape = node.shape
-    return node.op not in SKIPPED and 1 in shape and any(size != 1 for size in shape)
+    return (
+        node.op not in SKIPPED
+        and 1 in shape
+        and 0 not in shape  # an empty value has nothing to broadcast
+        and any(size != 1 for size in shape)
+    )
 
 
 def _squeeze(graph: Graph, node: Node, next_id: int) -> tuple[list[int], int]:

@@ -21,8 +21,11 @@ HERE = Path(__file__).resolve().parent
 RULES = HERE.parents[1] / "rules"
 CASES = {
     "tensor2": ("fsdp=1,tensor=2", []),
+    # 4 KV heads: one per device, whose head dim XLA leaves at size 1 (RoPE's cos and sin
+    # then meet the keys without the baseline's broadcast across heads)
+    "tensor4": ("fsdp=1,tensor=4", []),
     # 16 heads and 8 KV heads: two of each per device
-    "tensor4": ("fsdp=1,tensor=4", ["--heads", "16", "--kv-heads", "8"]),
+    "tensor4_h16": ("fsdp=1,tensor=4", ["--heads", "16", "--kv-heads", "8"]),
     # the token lookup: ids moved from fsdp to tensor devices by a collective permute,
     # gathered, looked up in a vocab-parallel table whose embedding dim is split over fsdp
     "fsdp2_tensor2_embed": ("fsdp=2,tensor=2", ["--part", "embed"]),
