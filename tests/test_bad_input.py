@@ -125,3 +125,34 @@ def test_malformed_gather_or_scatter_is_a_clear_error_at_its_line(cli, tmp_path,
     bad.write_text(_INDEXING.format(t=t, i=i, u=u, root=root))
     result = cli("verify", str(bad), str(bad), "--mesh", "tp=1")
     assert_clean_error(result, "indexing.hlo:11:", *words)
+
+
+NUMBERING = {
+    "repeated": (
+        "x = f32[4] parameter(0)\n  y = f32[4] parameter(0)",
+        "bad.hlo:5:3: error: parameter(0) is declared twice in computation 'main' (first as 'x')",
+    ),
+    "gap": (
+        "x = f32[4] parameter(0)\n  y = f32[4] parameter(2)",
+        "bad.hlo:5:3: error: computation 'main' has 2 parameters but no parameter(1)",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(NUMBERING))
+def test_parameter_numbers_with_gaps_or_repeats_are_refused(cli, tmp_path, case):
+    """Two parameters with one number would be read as two inputs; a gap leaves an operand
+    of the computation without a name."""
+    params, message = NUMBERING[case]
+    bad = tmp_path / "bad.hlo"
+    bad.write_text(f"HloModule bad\n\nENTRY main {{\n  {params}\n  ROOT z = f32[4] add(x, y)\n}}\n")
+    assert_clean_error(cli("verify", str(bad), str(bad)), message)
+
+
+def test_a_call_to_a_computation_that_does_not_exist_is_refused(cli, tmp_path):
+    bad = tmp_path / "bad.hlo"
+    bad.write_text(
+        "HloModule bad\n\nENTRY main {\n  x = f32[4] parameter(0)\n"
+        "  ROOT z = f32[] reduce(x, x), dimensions={0}, to_apply=%nothere\n}\n"
+    )
+    assert_clean_error(cli("verify", str(bad), str(bad)), "bad.hlo:5:8", "names no computation")

@@ -1153,6 +1153,7 @@ class _Lowering:
                 comp.root = ins
         if comp.root is None:
             comp.root = comp.instrs[-1]
+        self._check_parameter_numbers(comp)
         in_order = True
         seen: set[str] = set()
         for ins in comp.instrs:
@@ -1164,6 +1165,32 @@ class _Lowering:
             seen.add(ins.name)
         if not in_order:
             comp.order = self._topological(comp)
+
+    def _check_parameter_numbers(self, comp: _Comp) -> None:
+        """A computation's parameters are numbered 0..n-1, each once: two with one number
+        would be read as two inputs, and a gap leaves an operand no name."""
+        first: dict[int, _Instr] = {}
+        for ins in comp.instrs:
+            if ins.opcode != "parameter":
+                continue
+            numbers = _ints(self.raw_args(ins))
+            if len(numbers) != 1 or numbers[0] < 0:
+                raise self.error("parameter() needs one parameter number", ins.token)
+            if numbers[0] in first:
+                raise self.error(
+                    f"parameter({numbers[0]}) is declared twice in computation '{comp.name}' "
+                    f"(first as '{first[numbers[0]].name}')",
+                    ins.token,
+                )
+            first[numbers[0]] = ins
+        missing = sorted(set(range(len(first))) - set(first))
+        if missing:
+            last = first[max(first)]
+            raise self.error(
+                f"computation '{comp.name}' has {len(first)} parameters but no "
+                f"parameter({missing[0]}): they must be numbered 0 to {len(first) - 1}",
+                last.token,
+            )
 
     def _topological(self, comp: _Comp) -> list[_Instr]:
         """Definition order for a computation written with forward references."""
