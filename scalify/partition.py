@@ -163,7 +163,7 @@ def subgraph(graph: Graph, segment: Segment, label: str) -> Graph:
     needed_literals: set[int] = set()
     params: set[int] = set()
     stack = [o for n in segment.nodes for o in graph.node(n).operands if o not in members]
-    partner = {a: b for a, b in graph.equalities} | {b: a for a, b in graph.equalities}
+    partner = graph.memo("equality_partner", _equality_partner)
     stack += [partner[n] for n in segment.nodes if n in partner and partner[n] not in members]
     while stack:
         node_id = stack.pop()
@@ -196,7 +196,11 @@ def subgraph(graph: Graph, segment: Segment, label: str) -> Graph:
     for node_id in sorted(params | needed_literals | members, key=order.__getitem__):
         nodes[node_id] = graph.node(node_id)
     inputs += sorted(params, key=lambda i: graph.node(i).attrs.get("index", 0))
-    equalities = [(a, b) for a, b in graph.equalities if a in nodes and b in nodes]
+    equalities = [
+        pair
+        for pair in graph.memo("equalities_by_node", _equalities_by_node).get_all(nodes)
+        if pair[0] in nodes and pair[1] in nodes
+    ]
     return Graph(
         f"{graph.path} [{label}]",
         nodes,
@@ -206,6 +210,28 @@ def subgraph(graph: Graph, segment: Segment, label: str) -> Graph:
         num_partitions=graph.num_partitions,
         equalities=equalities,
     )
+
+
+def _equality_partner(graph: Graph) -> dict[int, int]:
+    return {a: b for a, b in graph.equalities} | {b: a for a, b in graph.equalities}
+
+
+class _PairsByNode:
+    """The graph's equalities, found from the nodes they join (in the graph's order)."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.first: dict[int, list[int]] = {}
+        self.pairs = list(graph.equalities)
+        for k, (a, _) in enumerate(self.pairs):
+            self.first.setdefault(a, []).append(k)
+
+    def get_all(self, nodes) -> list[tuple[int, int]]:
+        found = sorted(k for n in nodes for k in self.first.get(n, ()))
+        return [self.pairs[k] for k in found]
+
+
+def _equalities_by_node(graph: Graph) -> _PairsByNode:
+    return _PairsByNode(graph)
 
 
 def structural_key(base: Graph, dist: Graph, relations: list[Relation]) -> str:
