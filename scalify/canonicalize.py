@@ -59,11 +59,12 @@ def reshape_groups(
 
 
 def _decompose_reshape(
-    node: Node, operand: Node, next_id: int, squeeze_first: bool = False
+    node: Node, operand: Node, next_id: int, removed: tuple[int, ...] | None = None
 ) -> list[Node]:
     """A reshape as primitive view steps: `merge` (dims p and p+1 into one) and `split` (dim
     p into an outer dim and an inner dim of size `inner`). Keys then name the inner sizes
-    only, which a shard on the outer factor leaves unchanged."""
+    only, which a shard on the outer factor leaves unchanged. `removed`: the reshape only
+    deletes these size-1 dims (one reading of it, see `unit_removals`)."""
     if not operand.shape or not node.shape:
         return [node]
     steps: list[Node] = []
@@ -89,12 +90,11 @@ def _decompose_reshape(
         current = next_id
         next_id += 1
 
-    if squeeze_first:
+    if removed is not None:
         # Only unit dims go: move them behind the others first, so that each later merge has
         # inner size 1 and a shard stays on its (outer) dim.
-        kept = [d for d, n in enumerate(operand.shape) if n != 1]
-        units = [d for d in range(len(operand.shape)) if d not in kept]
-        perm = kept + units
+        kept = [d for d in range(len(operand.shape)) if d not in removed]
+        perm = kept + list(removed)
         shape = [operand.shape[d] for d in perm]
         emit("transpose", {"perm": tuple(perm)}, shape)
     for si, sj in reshape_groups(tuple(shape), node.shape):
@@ -133,13 +133,38 @@ def _decompose_reshape(
     return steps
 
 
-def _drops_leading_unit_dims(source: tuple[int, ...], target: tuple[int, ...]) -> bool:
-    """The reshape only removes unit dims, and one of them comes before a kept dim (a
-    squeeze that merge steps would do with the unit dim as the outer part)."""
-    kept = [d for d, n in enumerate(source) if n != 1]
-    if [source[d] for d in kept] != list(target) or len(kept) == len(source):
-        return False
-    return any(n == 1 and any(m != 1 for m in source[d + 1 :]) for d, n in enumerate(source))
+MAX_UNIT_READINGS = 8
+
+
+def unit_removals(source: tuple[int, ...], target: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """Each set of size-1 dims whose deletion turns `source` into `target`, when one of them
+    comes before a kept dim of another size (a squeeze that merge steps would do with the
+    unit dim as the outer part). Several when size-1 dims are also kept: `[1,1,16] ->
+    [1,16]` drops the first or the second, and which one is the real squeeze only the
+    other graph can tell (a batch dim split down to one entry per device, beside a size-1
+    dim of the model)."""
+    found: list[tuple[int, ...]] = []
+
+    def walk(i: int, j: int, dropped: tuple[int, ...]) -> None:
+        if len(found) >= MAX_UNIT_READINGS:
+            return
+        if i == len(source):
+            if j == len(target) and dropped:
+                found.append(dropped)
+            return
+        if j < len(target) and source[i] == target[j]:
+            walk(i + 1, j + 1, dropped)
+        if source[i] == 1:
+            walk(i + 1, j, (*dropped, i))
+
+    walk(0, 0, ())
+    return [
+        dropped
+        for dropped in found
+        if any(
+            source[e] != 1 and e not in dropped for d in dropped for e in range(d + 1, len(source))
+        )
+    ]
 
 
 def canonicalize(graph: Graph) -> Graph:
@@ -165,12 +190,12 @@ def canonicalize(graph: Graph) -> Graph:
         next_id += len(steps)
         for step in steps:
             nodes[step.id] = step
-        if _drops_leading_unit_dims(operand.shape, node.shape):
+        for k, removed in enumerate(unit_removals(operand.shape, node.shape)):
             # A local unit dim may be a real one (a squeezed scan slice) or a dim sharded
-            # down to one entry; both readings enter the e-graph, as equal values.
-            alternative = _decompose_reshape(node, operand, next_id, squeeze_first=True)
+            # down to one entry; every reading enters the e-graph, as equal values.
+            alternative = _decompose_reshape(node, operand, next_id, removed=removed)
             alternative[-1].id = next_id + len(alternative) - 1
-            alternative[-1].name = f"{node.name}.squeeze"
+            alternative[-1].name = f"{node.name}.squeeze" + (f"{k}" if k else "")
             next_id += len(alternative)
             for step in alternative:
                 nodes[step.id] = step

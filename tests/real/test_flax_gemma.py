@@ -26,9 +26,11 @@ CASES = {
     "tensor4": ("fsdp=1,tensor=4", []),
     # 16 heads and 8 KV heads: two of each per device
     "tensor4_h16": ("fsdp=1,tensor=4", ["--heads", "16", "--kv-heads", "8"]),
-    # the token lookup: ids moved from fsdp to tensor devices by a collective permute,
-    # gathered, looked up in a vocab-parallel table whose embedding dim is split over fsdp
-    "fsdp2_tensor2_embed": ("fsdp=2,tensor=2", ["--part", "embed"]),
+    # batch over fsdp, heads over tensor: the token ids move from fsdp to tensor devices by
+    # a collective permute and are looked up in a vocab-parallel table whose embedding dim
+    # is split over fsdp; the batch dim is one entry per device beside the model's own
+    # size-1 dims
+    "fsdp2_tensor2": ("fsdp=2,tensor=2", []),
 }
 
 
