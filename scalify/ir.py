@@ -115,6 +115,21 @@ def is_scalar_fill(node: Node, node_of: Callable[[int], Node]) -> bool:
     return operand.op == "constant" and operand.shape == ()
 
 
+def place_after(graph: Graph, placed: dict[int, list[int]]) -> None:
+    """Reorder `graph.nodes` so that the nodes listed under each node come right after it
+    (new equal forms beside the node they equal: graph order stays topological, and layer
+    cuts stay where they were)."""
+    if not placed:
+        return
+    added = {i for ids in placed.values() for i in ids}
+    nodes = {}
+    for i in (i for i in graph.nodes if i not in added):
+        nodes[i] = graph.nodes[i]
+        for j in placed.get(i, ()):
+            nodes[j] = graph.nodes[j]
+    graph.nodes = nodes
+
+
 def replace_nodes(graph: Graph, rewrite: Callable[[Node, int], list[Node]]) -> None:
     """Replace each node that `rewrite(node, next_id)` gives new nodes for (in graph order,
     operands first) by the last of them, keeping the graph's order topological. While it

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .ir import Graph, Node
+from .ir import Graph, Node, place_after
 
 
 def with_slice_alternatives(
@@ -65,14 +65,7 @@ def with_slice_alternatives(
             placed[node.id] = list(range(first, mover.next_id))
         else:
             mover.discard(first)
-    if placed:
-        added = {i for ids in placed.values() for i in ids}
-        nodes = {}
-        for i in (i for i in copy.nodes if i not in added):
-            nodes[i] = copy.nodes[i]
-            for j in placed.get(i, ()):
-                nodes[j] = copy.nodes[j]
-        copy.nodes = nodes
+    place_after(copy, placed)
     return copy
 
 

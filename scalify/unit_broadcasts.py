@@ -17,7 +17,7 @@ from dataclasses import replace
 
 from .canonicalize import _decompose_reshape
 from .engine.encode import UNIT_FORM, UNIT_TWINS
-from .ir import Graph, Node
+from .ir import Graph, Node, place_after
 from .ops import ELEMENTWISE
 
 SKIPPED = frozenset({"parameter", "constant", "iota", "broadcast"})
@@ -55,16 +55,9 @@ def with_unit_broadcast_forms(graph: Graph) -> Graph:
             twins.add(twin.id)
         if added:
             placed[node.id] = added
-    if not placed:
-        return copy
-    copy.derived[UNIT_TWINS] = frozenset(twins)
-    moved = {i for ids in placed.values() for i in ids}
-    nodes = {}
-    for i in (i for i in copy.nodes if i not in moved):
-        nodes[i] = copy.nodes[i]
-        for j in placed.get(i, ()):
-            nodes[j] = copy.nodes[j]
-    copy.nodes = nodes
+    place_after(copy, placed)
+    if twins:
+        copy.derived[UNIT_TWINS] = frozenset(twins)
     return copy
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .ir import Graph, Node
+from .ir import Graph, Node, place_after
 from .ops import COLLECTIVES, ELEMENTWISE
 
 DEPTH = 4  # how many ops a unit-dim reshape is moved through
@@ -39,15 +39,7 @@ def sink_unit_reshapes(graph: Graph, next_id: int) -> int:
             if alternative is not None:
                 graph.equalities.append((node.id, alternative))
                 placed[node.id] = list(range(first, next_id))
-    if placed:
-        added = {i for ids in placed.values() for i in ids}
-        order = [i for i in graph.nodes if i not in added]
-        nodes = {}
-        for i in order:
-            nodes[i] = graph.nodes[i]
-            for j in placed.get(i, ()):
-                nodes[j] = graph.nodes[j]
-        graph.nodes = nodes
+    place_after(graph, placed)
     return next_id
 
 

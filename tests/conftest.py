@@ -87,6 +87,19 @@ def export_example(script: Path, out: Path, *args: str) -> Path:
     return out
 
 
+def exported_at(example: str, flag: str, degrees=(2, 4), *extra: str):
+    """A module fixture: `examples/EXAMPLE/export.py --FLAG N` (and `extra`) run once per
+    degree N; the fixture's value is the folder it wrote."""
+
+    @pytest.fixture(scope="module", params=list(degrees), ids=lambda n: f"{flag}{n}")
+    def exported(request, tmp_path_factory):
+        out = tmp_path_factory.mktemp(f"{example}_{flag}{request.param}")
+        script = REPO / "examples" / example / "export.py"
+        return export_example(script, out, f"--{flag}", str(request.param), *extra)
+
+    return exported
+
+
 def line_of(pattern: str) -> int:
     for number, line in enumerate((MLP / "model.py").read_text().splitlines(), 1):
         if pattern in line:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import REPO, assert_caught, assert_proved, export_example, verify_json
+from conftest import REPO, assert_caught, assert_proved, exported_at, verify_json
 from conftest import bug_line as example_bug_line
 
 pytest.importorskip("jax")
@@ -19,11 +19,7 @@ def bug_line(name: str) -> int:
     return example_bug_line(name, FD / "model.py")
 
 
-@pytest.fixture(scope="module", params=[2, 4], ids=lambda tp: f"tp{tp}")
-def exported(request, tmp_path_factory):
-    out = tmp_path_factory.mktemp(f"fd_tp{request.param}")
-    export_example(FD / "export.py", out, "--tp", str(request.param))
-    return out
+exported = exported_at("flash_decoding", "tp")
 
 
 def verify(cli, out, name):

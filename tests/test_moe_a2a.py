@@ -5,18 +5,14 @@ experts and back, verifies; each bug is caught at its line."""
 from __future__ import annotations
 
 import pytest
-from conftest import REPO, assert_caught, assert_proved, export_example, verify_json
+from conftest import REPO, assert_caught, assert_proved, exported_at, verify_json
 
 pytest.importorskip("jax")
 
 MOE = REPO / "examples" / "moe_a2a"
 
 
-@pytest.fixture(scope="module", params=[2, 4], ids=lambda ep: f"ep{ep}")
-def exported(request, tmp_path_factory):
-    out = tmp_path_factory.mktemp(f"moe_a2a_ep{request.param}")
-    export_example(MOE / "export.py", out, "--ep", str(request.param))
-    return out
+exported = exported_at("moe_a2a", "ep")
 
 
 def test_all_to_all_moe_verifies(exported):

@@ -5,18 +5,14 @@ proved once per distinct layer; bugs in the loop body are caught at their line."
 from __future__ import annotations
 
 import pytest
-from conftest import REPO, caught_at, export_example, verify_json
+from conftest import REPO, caught_at, exported_at, verify_json
 
 pytest.importorskip("jax")
 
 SCAN = REPO / "examples" / "scan_stack"
 
 
-@pytest.fixture(scope="module", params=[2, 4], ids=lambda tp: f"tp{tp}")
-def exported(request, tmp_path_factory):
-    out = tmp_path_factory.mktemp(f"scan_tp{request.param}")
-    export_example(SCAN / "export.py", out, "--tp", str(request.param), "--layers", "32")
-    return out
+exported = exported_at("scan_stack", "tp", (2, 4), "--layers", "32")
 
 
 def test_scanned_stack_verifies_with_one_proof_per_distinct_layer(exported):

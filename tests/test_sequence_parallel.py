@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import REPO, export_example
+from conftest import REPO, exported_at
 from conftest import bug_line as example_bug_line
 
 pytest.importorskip("jax")
@@ -19,11 +19,7 @@ def bug_line(name: str) -> int:
     return example_bug_line(name, SP / "model.py")
 
 
-@pytest.fixture(scope="module", params=[2, 4], ids=lambda tp: f"tp{tp}")
-def exported(request, tmp_path_factory):
-    out = tmp_path_factory.mktemp(f"sp_tp{request.param}")
-    export_example(SP / "export.py", out, "--tp", str(request.param))
-    return out
+exported = exported_at("sp", "tp")
 
 
 def test_sequence_parallel_block_verifies(cli, exported):

@@ -5,18 +5,14 @@ output is caught at its line."""
 from __future__ import annotations
 
 import pytest
-from conftest import REPO, caught_at, export_example, verify_json
+from conftest import REPO, caught_at, exported_at, verify_json
 
 pytest.importorskip("jax")
 
 ULYSSES = REPO / "examples" / "ulysses"
 
 
-@pytest.fixture(scope="module", params=[2, 4], ids=lambda sp: f"sp{sp}")
-def exported(request, tmp_path_factory):
-    out = tmp_path_factory.mktemp(f"ulysses_sp{request.param}")
-    export_example(ULYSSES / "export.py", out, "--sp", str(request.param))
-    return out
+exported = exported_at("ulysses", "sp")
 
 
 def test_ulysses_block_verifies(exported):
