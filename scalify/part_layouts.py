@@ -75,19 +75,50 @@ def with_part_views(
         if p is None:
             result.append(rel)
             continue
-        for k, cut in enumerate(part_cuts(p, mesh)):
-            b = _add_slice(base, rel.base_id, cut.dim, cut.base_start, cut.base_end)
-            d = _add_slice(dist, rel.dist_id, cut.dim, cut.local_start, cut.local_end)
-            name = f"{rel.name} part {k}"
-            result.append(Relation(d, b, name, without_parts(rel.layout), rel.source))
+        result += _part_relations(base, dist, rel, p, mesh)
     return base, dist, result
 
 
+def with_output_parts(
+    base: Graph, dist: Graph, outputs: list[Relation], mesh: Mesh
+) -> tuple[Graph, Graph, list[Relation]]:
+    """Outputs required to have parts, checked part by part: each part's slice of both
+    outputs becomes an output of its own (one plain relation each), so the proof, the
+    simulation and the report see the parts. Unchanged when no output has parts."""
+    if not any(parted(r.layout) for r in outputs):
+        return base, dist, outputs
+    base, dist = _copy(base), _copy(dist)
+    result = []
+    for rel in outputs:
+        p = parted(rel.layout)
+        if p is None:
+            result.append(rel)
+            continue
+        parts = _part_relations(base, dist, rel, p, mesh)
+        base.outputs = [o for o in base.outputs if o != rel.base_id] + [r.base_id for r in parts]
+        dist.outputs = [o for o in dist.outputs if o != rel.dist_id] + [r.dist_id for r in parts]
+        result += parts
+    return base, dist, result
+
+
+def _part_relations(
+    base: Graph, dist: Graph, rel: Relation, placement: Placement, mesh: Mesh
+) -> list[Relation]:
+    """A slice node per part in both graphs, and the plain relation between each pair."""
+    result = []
+    for k, cut in enumerate(part_cuts(placement, mesh)):
+        b = _add_slice(base, rel.base_id, cut.dim, cut.base_start, cut.base_end, k)
+        d = _add_slice(dist, rel.dist_id, cut.dim, cut.local_start, cut.local_end, k)
+        name = f"{rel.name} part {k}"
+        result.append(Relation(d, b, name, without_parts(rel.layout), rel.source))
+    return result
+
+
 def _copy(graph: Graph) -> Graph:
-    return replace(graph, nodes=dict(graph.nodes), derived={})
+    return replace(graph, nodes=dict(graph.nodes), outputs=list(graph.outputs), derived={})
 
 
-def _add_slice(graph: Graph, of: int, dim: int, start: int, end: int) -> int:
+def _add_slice(graph: Graph, of: int, dim: int, start: int, end: int, part: int) -> int:
     """A slice of one dim, spelled as `slice_views.py` spells the slices it moves, so the
     e-graph meets the two as one term."""
     source = graph.node(of)
@@ -105,7 +136,7 @@ def _add_slice(graph: Graph, of: int, dim: int, start: int, end: int) -> int:
             "strides": (1,) * len(shape),
         },
         source.loc,
-        f"{source.name}.part",
+        f"{source.name} part {part}",
         source.framework_op,
     )
     return node_id

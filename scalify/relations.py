@@ -308,6 +308,7 @@ def output_relations(
             raise _unstated_output(index, b_shape, d_shape, mesh, where, dist.path)
         else:
             layout, source = REPLICATE, "default"
+        _check_parts(layout, b_shape, mesh, where)
         relations.append(Relation(dist_id, base_id, f"output {index}", layout, source))
     return relations
 

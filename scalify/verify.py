@@ -31,7 +31,7 @@ from .neighbourhood import neighbourhood
 from .ops import COLLECTIVES
 from .ops.structural import is_elided
 from .parallel import PREFETCH_AFTER, prefetch_segments
-from .part_layouts import infer_parts, local_part_cuts, with_part_views
+from .part_layouts import infer_parts, local_part_cuts, with_output_parts, with_part_views
 from .partition import (
     cut_points,
     merge_segments,
@@ -108,6 +108,7 @@ def verify_graphs(
     if inherit_assumed_ranges(base, dist, inputs):
         dist = canonicalize(dist)  # the distributed graph's lookup guards fold now too
     outputs = output_relations(base, dist, mesh, given)
+    base, dist, outputs = with_output_parts(base, dist, outputs, mesh)
 
     start = time.perf_counter()
     proof, results, suspects, definite = _prove_and_decide(

@@ -101,3 +101,37 @@ def test_parts_that_do_not_fit_the_shapes_are_an_input_error(parts, words, tmp_p
     code = main(["verify", str(HERE / "base.hlo"), str(HERE / "tp.hlo"), "--relations", str(path)])
     assert code == 2
     assert words in capsys.readouterr().err
+
+
+def _verify_fused_output(tmp_path, weight: str, output: str):
+    path = tmp_path / "relations.json"
+    path.write_text(json.dumps({"inputs": {"wqkv": weight}, "outputs": [output]}))
+    return verify_files(
+        str(HERE / "fused_base.hlo"),
+        str(HERE / "fused_tp.hlo"),
+        RULES,
+        mesh="tp=2",
+        relations=str(path),
+    )
+
+
+def test_an_output_with_parts_is_checked_part_by_part(tmp_path):
+    """The fused product returned as it is: each device holds its block of q, k and v."""
+    parts = "shard(1, tp, parts=[8, 4, 4])"
+    report = _verify_fused_output(tmp_path, parts, parts)
+    assert report.verdict == "equivalent", report.to_text()
+    assert [o.node for o in report.outputs] == ["h part 0", "h part 1", "h part 2"]
+
+
+@pytest.mark.parametrize(
+    "weight, output",
+    [
+        ("shard(1, tp, parts=[8, 4, 4])", "shard(1, tp)"),
+        ("shard(1, tp)", "shard(1, tp, parts=[8, 4, 4])"),
+    ],
+    ids=["output_said_plain", "weight_plain"],
+)
+def test_an_output_whose_parts_do_not_match_is_refuted(tmp_path, weight, output):
+    report = _verify_fused_output(tmp_path, weight, output)
+    assert report.verdict == "not_equivalent"
+    assert report.counterexample
