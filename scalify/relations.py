@@ -264,10 +264,12 @@ def input_relations(
         _check_shape(layout, b_shape, d_shape, mesh, where)
         relations.append(Relation(dist_id, base_id, name, layout, source))
     if given_inputs:
+        names = [dist.input_name(d) for d in dist.inputs]
         raise ScalifyError(
             f"relations file names inputs that the distributed graph does not "
             f"have: {', '.join(sorted(given_inputs))}",
             given.path,
+            notes=[f"its inputs: {', '.join(names[:40])}" + (", ..." if len(names) > 40 else "")],
         )
     return relations
 
