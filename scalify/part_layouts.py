@@ -66,6 +66,21 @@ def with_part_views(
     """Copies of both graphs with a slice node per part of each relation with parts, and the
     relations with those replaced by one plain relation per part (unchanged when none has
     parts). The new nodes are the proof's: they take the related nodes' places and names."""
+    return _split_parts(base, dist, relations, mesh, as_outputs=False)
+
+
+def with_output_parts(
+    base: Graph, dist: Graph, outputs: list[Relation], mesh: Mesh
+) -> tuple[Graph, Graph, list[Relation]]:
+    """Outputs required to have parts, checked part by part: each part's slice of both
+    outputs becomes an output of its own (one plain relation each), so the proof, the
+    simulation and the report see the parts. Unchanged when no output has parts."""
+    return _split_parts(base, dist, outputs, mesh, as_outputs=True)
+
+
+def _split_parts(
+    base: Graph, dist: Graph, relations: list[Relation], mesh: Mesh, as_outputs: bool
+) -> tuple[Graph, Graph, list[Relation]]:
     if not any(parted(r.layout) for r in relations):
         return base, dist, relations
     base, dist = _copy(base), _copy(dist)
@@ -75,30 +90,20 @@ def with_part_views(
         if p is None:
             result.append(rel)
             continue
-        result += _part_relations(base, dist, rel, p, mesh)
-    return base, dist, result
-
-
-def with_output_parts(
-    base: Graph, dist: Graph, outputs: list[Relation], mesh: Mesh
-) -> tuple[Graph, Graph, list[Relation]]:
-    """Outputs required to have parts, checked part by part: each part's slice of both
-    outputs becomes an output of its own (one plain relation each), so the proof, the
-    simulation and the report see the parts. Unchanged when no output has parts."""
-    if not any(parted(r.layout) for r in outputs):
-        return base, dist, outputs
-    base, dist = _copy(base), _copy(dist)
-    result = []
-    for rel in outputs:
-        p = parted(rel.layout)
-        if p is None:
-            result.append(rel)
-            continue
         parts = _part_relations(base, dist, rel, p, mesh)
-        base.outputs = [o for o in base.outputs if o != rel.base_id] + [r.base_id for r in parts]
-        dist.outputs = [o for o in dist.outputs if o != rel.dist_id] + [r.dist_id for r in parts]
+        if as_outputs:  # the parts stand where the whole output stood
+            base.outputs = [o for o in base.outputs if o != rel.base_id] + [
+                r.base_id for r in parts
+            ]
+            dist.outputs = [o for o in dist.outputs if o != rel.dist_id] + [
+                r.dist_id for r in parts
+            ]
         result += parts
     return base, dist, result
+
+
+def _swapped(outputs: list[int], whole: int, parts: list[int]) -> list[int]:
+    return [o for o in outputs if o != whole] + parts
 
 
 def _part_relations(
