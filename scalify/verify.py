@@ -13,7 +13,7 @@ from .compiler.compile import CompiledRuleSet, compile_rule_dir
 from .compiler.lower import rule_name
 from .custom_calls import undeclared_note
 from .engine.decode import read_proof
-from .engine.egraph import EGraphSession, RunStats
+from .engine.egraph import RunStats, rules_session
 from .engine.encode import (
     GraphEncoder,
     layout_term,
@@ -245,10 +245,8 @@ def prove(
 
     Returns what was proven for each distributed node and the run's statistics.
     """  # noqa: D401
-    session = EGraphSession()
     signatures: dict = {}
     commands = vocabulary_facts(mesh, [base, dist])
-    commands.append(rules_program)
     base_ids, dist_ids = set(base.nodes), set(dist.nodes)
     parts = local_part_cuts(inputs, mesh)  # inputs related through their parts
     base, dist, inputs = with_part_views(base, dist, inputs, mesh)
@@ -259,9 +257,10 @@ def prove(
     commands += GraphEncoder(dist, "d", mesh, signatures).commands()
     commands += signature_facts(signatures)
     commands += [f"(union $d{r.dist_id} {layout_term(f'$b{r.base_id}', r.layout)})" for r in inputs]
-    session.feed(commands)
-    stats = session.saturate(limits.max_rounds, limits.node_limit)
-    relations, replicated = read_proof(session)
+    with rules_session(rules_program) as session:
+        session.feed(commands)
+        stats = session.saturate(limits.max_rounds, limits.node_limit)
+        relations, replicated = read_proof(session)
     # Only the graphs' own nodes: the alternative forms are the proof's, not the report's.
     # A node related only to an alternative form (a block of a slice of a fused weight) is
     # still no place where a bug starts.

@@ -7,6 +7,8 @@ that a round limit or node limit can stop it, and hitting either is reported.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib import resources
 
@@ -30,6 +32,8 @@ class RunStats:
 
 
 class EGraphSession:
+    """One egglog e-graph with Scalify's prelude loaded."""
+
     def __init__(self) -> None:
         self.egraph = egglog.EGraph()
         self.feed([resources.files("scalify.engine").joinpath("prelude.egg").read_text()])
@@ -88,3 +92,24 @@ class EGraphSession:
 
     def string(self, value) -> str:
         return self.egraph.value_to_string(value)
+
+
+_LOADED: dict[str, tuple[str, EGraphSession]] = {}
+
+
+@contextmanager
+def rules_session(rules_program: str) -> Iterator[EGraphSession]:
+    """An e-graph holding the prelude and `rules_program`, loaded once per process and
+    program. Each use runs between `(push)` and `(pop)`, so it starts from the rules alone:
+    loading and compiling the rules, most of a small proof's time, is paid once."""
+    loaded = _LOADED.get("rules")
+    if loaded is None or loaded[0] != rules_program:
+        session = EGraphSession()
+        session.feed([rules_program])
+        loaded = _LOADED["rules"] = (rules_program, session)
+    session = loaded[1]
+    session.feed(["(push)"])
+    try:
+        yield session
+    finally:
+        session.feed(["(pop)"])
