@@ -11,7 +11,7 @@ from .all_to_all import fold_tiled_all_to_all
 from .block_lookup import fold_block_lookups
 from .device_tables import fold_device_tables
 from .int_ranges import fold_int_ranges, is_int_dtype
-from .ir import Graph, Node
+from .ir import Graph, Node, feeding
 from .one_hot import fold_one_hots
 from .static_indices import fold_static_indices
 
@@ -205,11 +205,9 @@ def canonicalize(graph: Graph) -> Graph:
 
 
 def _prune(graph: Graph) -> Graph:
-    live = set(graph.outputs) | set(graph.inputs)
-    for node in reversed(list(graph.nodes.values())):
-        if node.id in live:
-            live.update(node.operands)
-    live = _with_equals(graph.nodes, live, graph.equalities)
+    live = _with_equals(
+        graph.nodes, feeding(graph, [*graph.outputs, *graph.inputs]), graph.equalities
+    )
     graph.nodes = {i: n for i, n in graph.nodes.items() if i in live}
     graph.equalities = [(a, b) for a, b in graph.equalities if a in live and b in live]
     return graph

@@ -115,6 +115,15 @@ def is_scalar_fill(node: Node, node_of: Callable[[int], Node]) -> bool:
     return operand.op == "constant" and operand.shape == ()
 
 
+def feeding(graph: Graph, roots) -> set[int]:
+    """`roots` and every node they are computed from (graph order is topological)."""
+    needed = set(roots)
+    for node in reversed(list(graph.nodes.values())):
+        if node.id in needed:
+            needed.update(node.operands)
+    return needed
+
+
 def place_after(graph: Graph, placed: dict[int, list[int]]) -> None:
     """Reorder `graph.nodes` so that the nodes listed under each node come right after it
     (new equal forms beside the node they equal: graph order stays topological, and layer

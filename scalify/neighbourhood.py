@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from .ir import Graph, Node
+from .ir import Graph, Node, feeding
 from .layout import Layout, canonical, layout_str
 from .report.model import Neighbourhood, PictureNode
 
@@ -56,14 +56,7 @@ def neighbourhood(
 def _feeding_outputs(graph: Graph) -> set[int]:
     """Nodes the outputs depend on: alternative forms that nothing uses are not drawn."""
 
-    def compute(g: Graph) -> set[int]:
-        needed = set(g.outputs)
-        for node in reversed(list(g.nodes.values())):
-            if node.id in needed:
-                needed.update(node.operands)
-        return needed
-
-    return graph.memo("feeding_outputs", compute)
+    return graph.memo("feeding_outputs", lambda g: feeding(g, g.outputs))
 
 
 def _nearby(graph: Graph, start: int) -> tuple[dict[int, str], int]:

@@ -92,12 +92,8 @@ def _split_parts(
             continue
         parts = _part_relations(base, dist, rel, p, mesh)
         if as_outputs:  # the parts stand where the whole output stood
-            base.outputs = [o for o in base.outputs if o != rel.base_id] + [
-                r.base_id for r in parts
-            ]
-            dist.outputs = [o for o in dist.outputs if o != rel.dist_id] + [
-                r.dist_id for r in parts
-            ]
+            base.outputs = _swapped(base.outputs, rel.base_id, [r.base_id for r in parts])
+            dist.outputs = _swapped(dist.outputs, rel.dist_id, [r.dist_id for r in parts])
         result += parts
     return base, dist, result
 
@@ -157,17 +153,18 @@ def infer_parts(base: Graph, dist: Graph, relations: list[Relation], mesh: Mesh)
     at which the distributed program cuts its block. A plain block could not be cut there
     and give the baseline's pieces, so the parts are what both programs mean. Further cuts of
     the distributed program are its own (a slice at a wrong offset stays a suspect)."""
-    wanted = [r for r in relations if r.source == "inferred from shapes" and r.layout]
-    if not wanted:
+
+    def wanted(rel: Relation) -> bool:
+        return rel.source == "inferred from shapes" and bool(rel.layout)
+
+    if not any(map(wanted, relations)):
         return relations
     base_cuts = _cut_points(with_slice_alternatives(base, baseline=True))
     dist_cuts = _cut_points(with_slice_alternatives(dist, baseline=True))
-    result = []
-    for rel in relations:
-        if rel in wanted:
-            rel = _with_inferred_parts(rel, base_cuts, dist_cuts, base, mesh)
-        result.append(rel)
-    return result
+    return [
+        _with_inferred_parts(r, base_cuts, dist_cuts, base, mesh) if wanted(r) else r
+        for r in relations
+    ]
 
 
 def _with_inferred_parts(rel: Relation, base_cuts, dist_cuts, base: Graph, mesh: Mesh):

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .canonicalize import _decompose_reshape
-from .engine.encode import UNIT_FORM, UNIT_TWINS
+from .engine.encode import UNIT_TWINS
 from .ir import Graph, Node, place_after
 from .ops import ELEMENTWISE
 
@@ -32,7 +32,7 @@ def with_unit_broadcast_forms(graph: Graph) -> Graph:
     next_id = max(copy.nodes, default=-1) + 1
     forms: dict[int, int] = {}  # value -> its broadcast form
     placed: dict[int, list[int]] = {}
-    twins: set[int] = set()
+    twins: dict[int, int] = {}  # twin -> the broadcast form it reads
     for node in list(graph.nodes.values()):
         if node.op not in ELEMENTWISE or len(node.operands) < 2:
             continue
@@ -52,12 +52,12 @@ def with_unit_broadcast_forms(graph: Graph) -> Graph:
             next_id += 1
             copy.equalities.append((node.id, twin.id))
             added.append(twin.id)
-            twins.add(twin.id)
+            twins[twin.id] = forms[operand]
         if added:
             placed[node.id] = added
     place_after(copy, placed)
     if twins:
-        copy.derived[UNIT_TWINS] = frozenset(twins)
+        copy.derived[UNIT_TWINS] = twins
     return copy
 
 
@@ -74,7 +74,7 @@ def _broadcast_form(graph: Graph, value: Node, next_id: int) -> tuple[list[int],
         value.dtype,
         {"dims": kept},
         value.loc,
-        f"{value.name}{UNIT_FORM}",
+        f"{value.name}.unit_broadcast",
         value.framework_op,
     )
     graph.nodes[form.id] = form

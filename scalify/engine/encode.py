@@ -13,8 +13,9 @@ from scalify.ops import ELEMENTWISE, NOT_PURE, SIZED_OPERAND
 
 from .signature import Signature, node_signature
 
-# what unit_broadcasts.py marks: the twins it adds (graph.derived) and its broadcasts' names
-UNIT_TWINS, UNIT_FORM = "unit_twins", ".unit_broadcast"
+# where unit_broadcasts.py leaves, in graph.derived, each twin it adds and the broadcast form
+# that twin reads
+UNIT_TWINS = "unit_twins"
 
 
 def egg_string(text: str) -> str:
@@ -34,17 +35,13 @@ def shape_free_nodes(graph: Graph) -> set[int]:
     no part in that: they must not pin another broadcast's sizes, and their own broadcast is
     free when the twin's other operand is anchored.
     """
-    twins = graph.derived.get(UNIT_TWINS, frozenset())
-    free = _free_broadcasts(graph, twins)
+    twins: dict[int, int] = graph.derived.get(UNIT_TWINS, {})
+    free = _free_broadcasts(graph, frozenset(twins))
     if twins:
         anchored = _anchored(graph, free)
-        for twin in twins:
-            operands = graph.node(twin).operands
-            for o in operands:
-                if graph.node(o).name.endswith(UNIT_FORM) and any(
-                    p != o and p in anchored for p in operands
-                ):
-                    free.add(o)
+        for twin, form in twins.items():
+            if any(o != form and o in anchored for o in graph.node(twin).operands):
+                free.add(form)
     return free
 
 

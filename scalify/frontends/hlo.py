@@ -1314,10 +1314,7 @@ class _Lowering:
         shape = ins.shape
 
         if opcode == "parameter":
-            numbers = _ints(self.raw_args(ins))
-            if len(numbers) != 1 or numbers[0] < 0:
-                raise self.error("parameter() needs one parameter number", ins.token)
-            number = numbers[0]
+            (number,) = _ints(self.raw_args(ins))  # checked when the computation was indexed
             if args is None:
                 return self.entry_parameter(ins, number, loc, fop, fields)
             if number >= len(args):

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from scalify.ir import Graph, Node
+from scalify.ir import Graph, Node, feeding
 from scalify.layout import Layout, Placement
 from scalify.mesh import Mesh
 from scalify.relations import Relation
@@ -301,12 +301,7 @@ def simulate(
 
 def _cone(graph: Graph, output: int) -> Graph:
     """The part of `graph` that computes `output`."""
-    needed, stack = set(), [output]
-    while stack:
-        node_id = stack.pop()
-        if node_id not in needed:
-            needed.add(node_id)
-            stack.extend(graph.node(node_id).operands)
+    needed = feeding(graph, [output])
     return replace(
         graph,
         nodes={i: n for i, n in graph.nodes.items() if i in needed},
