@@ -157,3 +157,9 @@ def test_a_call_to_a_computation_that_does_not_exist_is_refused(cli, tmp_path):
         "  ROOT z = f32[] reduce(x, x), dimensions={0}, to_apply=%nothere\n}\n"
     )
     assert_clean_error(cli("verify", str(bad), str(bad)), "bad.hlo:5:8", "names no computation")
+
+
+def test_a_gzipped_graph_that_is_no_gzip_is_refused(cli, tmp_path):
+    bad = tmp_path / "graph.hlo.gz"
+    bad.write_text("HloModule not_compressed\n")
+    assert_clean_error(cli("verify", BASE, str(bad)), "graph.hlo.gz", "cannot read graph file")

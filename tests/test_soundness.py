@@ -27,6 +27,9 @@ def test_no_differing_mutant_is_proved_equivalent():
     assert total.wrongly_proved == []
     assert total.differing >= 100
     assert total.caught == total.differing
+    # the MLP's mutants carry source lines: the first suspect is on the mutated op's line
+    assert total.located >= 10
+    assert total.first_at_line * 10 >= total.located * 9
 
 
 @pytest.mark.parametrize(
