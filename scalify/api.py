@@ -122,6 +122,7 @@ def check_equivalent(
     base = canonicalize(graph_from_fx(base_gm, base_label))
     dist = canonicalize(graph_from_fx(traced, dist_label, world_size=chosen.size))
     dist.output_layouts = _placement_layouts(traced.meta["output_placements"], dist, chosen)
+    dist.output_inputs = dict(traced.meta.get("output_inputs", {}))
     given = _given_relations(relations, infer_outputs=parallel_inputs is not None)
     compiled = compile_rule_dir(rules or default_rules_dir())
     return verify_graphs(base, dist, compiled, chosen, given)

@@ -169,7 +169,7 @@ def _simulate(args: argparse.Namespace) -> int:
     given = read_relations_file(args.relations) if args.relations else None
     mesh = choose_mesh(args.mesh, dist, given)
     inputs = input_relations(base, dist, mesh, given)
-    outputs = output_relations(base, dist, mesh, given)
+    outputs = output_relations(base, dist, mesh, given, inputs)
     try:
         mismatch = simulate(base, dist, mesh, inputs, outputs, seed=args.seed)
     except NotSimulable as why:

@@ -74,6 +74,9 @@ class Graph:
     # output index -> the layout the program says it returns (a DTensor's placements, as a
     # layout string over the mesh's axis names)
     output_layouts: dict[int, str] = field(default_factory=dict)
+    # output index -> the input whose layout it has: a training step's gradient of a weight,
+    # or the weight an optimizer step updated
+    output_inputs: dict[int, str] = field(default_factory=dict)
     mesh_hint: dict[str, int] = field(default_factory=dict)
     num_partitions: int | None = None
     # Pairs of nodes that compute the same value in two forms (see canonicalize.py); both

@@ -239,7 +239,7 @@ def score(base: Graph, dist: Graph, rules, mesh: Mesh, given=None) -> MutationSc
     from .verify import Limits, verify_graphs
 
     inputs = input_relations(base, dist, mesh, given)
-    outputs = output_relations(base, dist, mesh, given)
+    outputs = output_relations(base, dist, mesh, given, inputs)
     # every mutant is held to the outputs' layouts of the unmutated graph (a mutant of an
     # output node loses the annotation that stated it)
     stated = given or RelationsFile("<mutant>", None, {}, None)

@@ -59,8 +59,8 @@ def _unstated_output(
         hint = ""
     return ScalifyError(
         f"output {index} has local shape {list(d_shape)} where the baseline's is "
-        f"{list(b_shape)}, and nothing states its layout (the module carries no output "
-        "sharding)",
+        f"{list(b_shape)}, and nothing states its layout (no relations file entry, "
+        "DTensor placement or output sharding says it)",
         path,
         notes=[
             f'give it in a relations file: {{"outputs": [...]}}{hint}, or export the '
@@ -275,9 +275,18 @@ def input_relations(
 
 
 def output_relations(
-    base: Graph, dist: Graph, mesh: Mesh, given: RelationsFile | None
+    base: Graph,
+    dist: Graph,
+    mesh: Mesh,
+    given: RelationsFile | None,
+    inputs: list[Relation] | None = None,
 ) -> list[Relation]:
-    """The layout each distributed output must have; replicate unless stated otherwise."""
+    """The layout each distributed output must have. In order: what the relations file, the
+    DTensor placement or the sharding annotation says; the layout of the input the output
+    is the gradient or updated value of (a training step: `inputs` gives it); else
+    replicate. In a partitioned module, an output whose local shape differs and whose
+    layout nothing gives is an error: a verdict resting on the default would be wrong."""
+    followed = {r.name: r for r in inputs or ()}
     if len(base.outputs) != len(dist.outputs):
         raise ScalifyError(
             f"the baseline has {len(base.outputs)} outputs and the distributed "
@@ -288,13 +297,13 @@ def output_relations(
     for index, (base_id, dist_id) in enumerate(zip(base.outputs, dist.outputs, strict=True)):
         where = f"{dist.path}: output {index}"
         b_shape, d_shape = base.node(base_id).shape, dist.node(dist_id).shape
-        if given and given.outputs is not None:
-            if index >= len(given.outputs):
-                raise ScalifyError(
-                    f"relations file gives {len(given.outputs)} output layouts "
-                    f"but there are {len(dist.outputs)} outputs",
-                    given.path,
-                )
+        if given and given.outputs is not None and index >= len(given.outputs):
+            raise ScalifyError(
+                f"relations file gives {len(given.outputs)} output layouts "
+                f"but there are {len(dist.outputs)} outputs",
+                given.path,
+            )
+        if given and given.outputs is not None and given.outputs[index] is not None:
             layout, source = parse_layout(given.outputs[index], mesh, given.path), "relations file"
         elif index in dist.output_layouts:
             layout = parse_layout(dist.output_layouts[index], mesh, dist.path)
@@ -304,9 +313,14 @@ def output_relations(
         elif base_id in base.output_shardings:  # an SPMD dump: the global module states it
             layout = _from_tiles(base.output_shardings[base_id], mesh, where)
             source = "baseline annotation"
+        elif dist.output_inputs.get(index) in followed:
+            weight = followed[dist.output_inputs[index]]
+            layout, source = weight.layout, f"the layout of input {weight.name}"
         elif given and given.infer_outputs and b_shape != d_shape:
             layout, source = _from_shapes(b_shape, d_shape, mesh, where), "inferred from shapes"
-        elif b_shape != d_shape and dist.input_shardings:
+        elif b_shape != d_shape and dist.input_shardings:  # a partitioned module: the
+            # default cannot be meant (a traced program promises whole outputs unless its
+            # DTensor placements say otherwise, and a shard left over is its bug)
             raise _unstated_output(index, b_shape, d_shape, mesh, where, dist.path)
         else:
             layout, source = REPLICATE, "default"

@@ -107,7 +107,7 @@ def verify_graphs(
     inputs = infer_parts(base, dist, input_relations(base, dist, mesh, given), mesh)
     if inherit_assumed_ranges(base, dist, inputs):
         dist = canonicalize(dist)  # the distributed graph's lookup guards fold now too
-    outputs = output_relations(base, dist, mesh, given)
+    outputs = output_relations(base, dist, mesh, given, inputs)
     base, dist, outputs = with_output_parts(base, dist, outputs, mesh)
 
     start = time.perf_counter()

@@ -170,9 +170,12 @@ def _differences(
         their_index = {n: i for i, n in enumerate(theirs)}
         for i, (mine, their) in enumerate(zip(nodes, theirs, strict=True)):
             try:
-                _same_node(gm, other, mine, their, index, their_index)
+                picks: list[tuple[tuple, int, int]] = []
+                _same_node(gm, other, mine, their, index, their_index, picks)
                 for path, a, b in _number_pairs(mine.args, their.args, ()):
                     found.setdefault((i, path), {zero: a})[coords] = b
+                for path, a, b in picks:
+                    found.setdefault((i, (PIECE, *path)), {zero: a})[coords] = b
             except _Mismatch as exc:
                 raise ScalifyError(
                     f"op `{mine.name}`{_where(mine)} differs between device 0 and the device "
@@ -181,7 +184,12 @@ def _differences(
     return {key: values for key, values in found.items() if len(set(values.values())) > 1}
 
 
-def _same_node(gm, other, mine, their, index, their_index) -> None:
+# An argument path that starts here names an operand that is one piece of a split, and the
+# number is which piece (a backward redistribute keeps the device's chunk of a gradient).
+PIECE = "piece"
+
+
+def _same_node(gm, other, mine, their, index, their_index, picks=None) -> None:
     if mine.op != their.op or mine.target != their.target:
         raise _Mismatch(f"{mine.target} against {their.target}")
     if mine.op == "get_attr":
@@ -193,7 +201,7 @@ def _same_node(gm, other, mine, their, index, their_index) -> None:
     if isinstance(va, torch.Tensor) and isinstance(vb, torch.Tensor):
         if tuple(va.shape) != tuple(vb.shape) or va.dtype != vb.dtype:
             raise _Mismatch(f"shape {list(va.shape)} against {list(vb.shape)}")
-    _same_structure(mine.args, their.args, index, their_index)
+    _same_structure(mine.args, their.args, index, their_index, (), picks)
     _same_structure(mine.kwargs, their.kwargs, index, their_index)
 
 
@@ -204,22 +212,39 @@ def _attr(gm: torch.fx.GraphModule, target: str) -> Any:
     return obj
 
 
+def _piece(node: torch.fx.Node) -> tuple[torch.fx.Node, int] | None:
+    """(split, k) for `split(...)[k]`, else None."""
+    if node.target is operator.getitem and isinstance(node.args[0], torch.fx.Node):
+        if isinstance(node.args[1], int):
+            return node.args[0], node.args[1]
+    return None
+
+
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _same_structure(a: Any, b: Any, index, their_index) -> None:
+def _same_structure(a: Any, b: Any, index, their_index, path: tuple = (), picks=None) -> None:
+    """Raise `_Mismatch` unless `a` and `b` are the same arguments up to numbers; an operand
+    that is another piece of the same split on each device is recorded in `picks` as
+    (argument path, piece on device 0, piece on the other device)."""
     if isinstance(a, torch.fx.Node) or isinstance(b, torch.fx.Node):
         if not (isinstance(a, torch.fx.Node) and isinstance(b, torch.fx.Node)):
             raise _Mismatch("an argument is a value on one device and a constant on another")
-        if index[a] != their_index[b]:
+        if index[a] == their_index[b]:
+            return
+        mine, theirs = _piece(a), _piece(b)
+        if picks is None or mine is None or theirs is None:
             raise _Mismatch("its operands differ")
+        if index[mine[0]] != their_index[theirs[0]]:
+            raise _Mismatch("its operands differ")
+        picks.append((path, mine[1], theirs[1]))
         return
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
         if len(a) != len(b):
             raise _Mismatch("argument lists of other lengths")
-        for x, y in zip(a, b, strict=True):
-            _same_structure(x, y, index, their_index)
+        for k, (x, y) in enumerate(zip(a, b, strict=True)):
+            _same_structure(x, y, index, their_index, (*path, k), picks)
         return
     if isinstance(a, dict) and isinstance(b, dict):
         if a.keys() != b.keys():
@@ -268,7 +293,7 @@ def _substitute(
     strides = _strides(shape)
     graph = gm.graph
     coordinates: dict[int, torch.fx.Node] = {}
-    for (i, path), values in sorted(differences.items(), key=lambda kv: kv[0]):
+    for (i, path), values in sorted(differences.items(), key=lambda kv: (kv[0][0], str(kv[0]))):
         node = nodes[i]
         try:
             v0, slopes = _affine(values, shape)
@@ -285,7 +310,11 @@ def _substitute(
                 coordinates[k].meta["val"] = torch.tensor(0, dtype=torch.int64)
         with graph.inserting_before(node):
             value = _expression(graph, v0, slopes, coordinates)
-        if not _put(node, path, value):
+        if path[:1] == (PIECE,):
+            placed = _put_piece(node, path[1:], value)
+        else:
+            placed = _put(node, path, value)
+        if not placed:
             raise ScalifyError(
                 f"op `{node.name}`{_where(node)} ({node.target}) takes a number that depends "
                 f"on the device (argument {list(path)}: {sorted(set(values.values()))}), "
@@ -347,24 +376,51 @@ def _put(node: torch.fx.Node, path: tuple, value: torch.fx.Node) -> bool:
     return True
 
 
+def _put_piece(node: torch.fx.Node, path: tuple, index: torch.fx.Node) -> bool:
+    """The operand at `path` of `node`, a piece of a split that depends on the device, read
+    as `chunk_at(x, dim, pieces, index)` for this node (the split's other users keep it)."""
+    args = list(node.args)
+    if len(path) != 1 or not 0 <= path[0] < len(args):
+        return False
+    piece = args[path[0]]
+    if not isinstance(piece, torch.fx.Node) or _piece(piece) is None:
+        return False
+    with node.graph.inserting_before(node):
+        chunk = _chunk_node(piece, index)
+    if chunk is None:
+        return False
+    args[path[0]] = chunk
+    node.args = tuple(args)
+    return True
+
+
 def _chunk_at(node: torch.fx.Node, index: torch.fx.Node) -> bool:
     """`split(x, size, dim)[i]` (equal pieces) as `chunk_at(x, dim, pieces, i)`."""
+    graph = node.graph
+    with graph.inserting_before(node):
+        chunk = _chunk_node(node, index)
+    if chunk is None:
+        return False
+    node.replace_all_uses_with(chunk)
+    graph.erase_node(node)
+    return True
+
+
+def _chunk_node(node: torch.fx.Node, index: torch.fx.Node) -> torch.fx.Node | None:
+    """A `chunk_at` node for the piece `node` = `split(x, size, dim)[k]` (equal pieces) at a
+    device-dependent `index`, at the graph's insertion point; None for other forms."""
     split = node.args[0]
     if not isinstance(split, torch.fx.Node) or split.op != "call_function":
-        return False
+        return None
     name = getattr(getattr(split.target, "overloadpacket", None), "__name__", "")
     pieces = split.meta.get("val")
     if name not in ("split", "chunk", "split_with_sizes") or not isinstance(pieces, (list, tuple)):
-        return False
+        return None
     x = split.args[0]
     dim = split.args[2] if len(split.args) > 2 else split.kwargs.get("dim", 0)
     dim = int(dim) % len(pieces[0].shape)
     if len({int(p.shape[dim]) for p in pieces}) != 1:
-        return False
-    graph = node.graph
-    with graph.inserting_before(node):
-        chunk = graph.call_function(device_ops.chunk_at, (x, dim, len(pieces), index))
+        return None
+    chunk = node.graph.call_function(device_ops.chunk_at, (x, dim, len(pieces), index))
     chunk.meta = dict(node.meta)
-    node.replace_all_uses_with(chunk)
-    graph.erase_node(node)
-    return True
+    return chunk

@@ -11,6 +11,7 @@ of the function's arguments: the baseline and the distributed program then pair 
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 from collections.abc import Callable, Iterator, Sequence
@@ -95,20 +96,35 @@ def trace(
         raise ValueError(f"tracing_mode must be one of {TRACING_MODES}, not {tracing_mode!r}")
     inputs = tuple(example_inputs)
     placed: list[Placed] = []
+    modules, optimizers = _modules_of(fn), _optimizers_of(fn)
+    followed: dict[int, str] = {}  # output index -> the weight it is the gradient of, or is
 
     def leaves(*args: Any) -> tuple[torch.Tensor, ...]:
         placed.clear()
-        return tensor_leaves(fn(*args), placed)
+        followed.clear()
+        with _fresh_training_state(modules, optimizers):
+            value = fn(*args)
+            return tensor_leaves(value, placed, _weights_and_gradients(modules), followed)
+
+    attention_math = False  # fused attention traced as its math (see _fused_attention_backward)
 
     def make_in(mode: str) -> torch.fx.GraphModule:
         options = {"tracing_mode": "fake", "_allow_non_fake_inputs": True} if mode == "fake" else {}
-        with _quiet("torch._subclasses.fake_tensor"):  # it logs each failure it re-raises
-            return make_fx(leaves, record_stack_traces=True, **options)(*inputs)
+        with _quiet("torch._subclasses.fake_tensor"), _attention_as_math(attention_math):
+            return make_fx(
+                leaves,
+                decomposition_table=foreign_decompositions(),
+                record_stack_traces=True,
+                **options,
+            )(*inputs)
 
     modes = ("real", "fake") if tracing_mode == "auto" else (tracing_mode,)
     for mode in modes:
         try:
             gm = make_in(mode)
+            if _fused_attention_backward(gm):
+                attention_math = True
+                gm = make_in(mode)
             break
         except Exception as exc:  # noqa: BLE001 - a framework's error, reported with its line
             if mode != modes[-1] and _reads_traced_data(exc):
@@ -125,30 +141,179 @@ def trace(
         gm = trace_on_devices(make, gm)
     gm.meta["output_placements"] = list(placed)
     gm.meta["tracing_mode"] = mode
+    gm.meta["output_inputs"] = dict(followed)
     names: dict[int, str] = {}
-    if isinstance(fn, nn.Module):
-        for name, tensor in [*fn.named_parameters(), *fn.named_buffers()]:
-            names.setdefault(_local(tensor).data_ptr(), name.replace(".", "_"))
+    for prefix, module in modules:
+        for name, tensor in [*module.named_parameters(), *module.named_buffers()]:
+            names.setdefault(_local(tensor).data_ptr(), prefix + name.replace(".", "_"))
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     if all(isinstance(x, torch.Tensor) for x in inputs) and len(placeholders) == len(inputs):
         for node, name in zip(placeholders, _argument_names(fn, len(inputs)), strict=True):
             node.name = node.target = name
-    taken: set[str] = set()
+    renamed: dict[str, str] = {}  # make_fx's attribute -> the weight's name
     for node in gm.graph.nodes:
         if node.op != "get_attr":
             continue
+        if node.target in renamed:  # a backward pass reads the same weight again
+            node.target = renamed[node.target]
+            continue
         tensor = getattr(gm, node.target)
         name = names.get(tensor.data_ptr()) if isinstance(tensor, torch.Tensor) else None
-        if name is None or name in taken:
+        if name is None:
             continue  # a constant the program made itself: a literal or an anonymous input
-        taken.add(name)
-        gm.register_parameter(name, nn.Parameter(tensor.detach().clone(), requires_grad=False))
+        held = getattr(gm, name, None)
+        if held is None:
+            gm.register_parameter(name, nn.Parameter(tensor.detach().clone(), requires_grad=False))
+        elif (held.shape, held.dtype) != (tensor.shape, tensor.dtype):
+            continue  # another view of the weight's memory: keep it as its own input
+        renamed[node.target] = name
         delattr(gm, node.target)
         node.target = name
+    _merge_repeated_reads(gm)
     refold_batched_matmuls(gm)
+    join_slice_gradients(gm)
     gm.graph.lint()
     gm.recompile()
     return gm
+
+
+def _fused_attention_backward(gm: torch.fx.GraphModule) -> bool:
+    """Whether the trace holds a fused attention kernel's backward (a training step through
+    `scaled_dot_product_attention`): no decomposition gives its math, so the program is
+    traced again with SDPA's math backend, whose backward is autograd's over plain ops."""
+    return any(
+        node.op == "call_function"
+        and "scaled_dot_product" in str(node.target)
+        and "backward" in str(node.target)
+        for node in gm.graph.nodes
+    )
+
+
+@contextmanager
+def _attention_as_math(enabled: bool) -> Iterator[None]:
+    if not enabled:
+        yield
+        return
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with sdpa_kernel([SDPBackend.MATH]):
+        yield
+
+
+def _merge_repeated_reads(gm: torch.fx.GraphModule) -> None:
+    """One node per weight: a backward pass reads a weight again, under another attribute
+    that now carries the same name; two inputs of one name could not be paired."""
+    first: dict[str, torch.fx.Node] = {}
+    for node in list(gm.graph.nodes):
+        if node.op != "get_attr":
+            continue
+        if node.target not in first:
+            first[node.target] = node
+            continue
+        node.replace_all_uses_with(first[node.target])
+        gm.graph.erase_node(node)
+
+
+@functools.cache
+def foreign_decompositions() -> dict[Any, Callable[..., Any]]:
+    """PyTorch's decompositions of the ATen ops the FX frontend has no semantics for: the
+    backward kernels autograd records (`threshold_backward`, `_softmax_backward_data`,
+    `native_layer_norm_backward`, `embedding_dense_backward`...) and the rarer forward ones,
+    so that a training step lowers to ops that rules relate instead of opaque ones. Ops the
+    frontend reads itself keep their own spelling (a softmax stays one op)."""
+    from torch._decomp import decomposition_table
+    from torch._ops import OpOverload
+
+    from scalify.frontends.fx import lowers_natively
+
+    return {
+        op: decompose
+        for op, decompose in decomposition_table.items()
+        if isinstance(op, OpOverload) and op.namespace == "aten" and not lowers_natively(op._opname)
+    }
+
+
+def _weight_names(modules: list[tuple[str, nn.Module]]) -> Iterator[tuple[str, torch.Tensor]]:
+    """Each weight of `modules` under the input name the trace gives it."""
+    for prefix, module in modules:
+        for name, tensor in module.named_parameters():
+            yield prefix + name.replace(".", "_"), tensor
+
+
+def _weights_and_gradients(modules: list[tuple[str, nn.Module]]) -> dict[int, str]:
+    """`id` of each weight and of its gradient -> the weight's input name: an output that is
+    one of them (a training step returning gradients or updated weights) must have the
+    layout of that weight."""
+    known: dict[int, str] = {}
+    for name, weight in _weight_names(modules):
+        known.setdefault(id(weight), name)
+        if weight.grad is not None:
+            known.setdefault(id(weight.grad), name)
+    return known
+
+
+@contextmanager
+def _fresh_training_state(
+    modules: list[tuple[str, nn.Module]], optimizers: list[torch.optim.Optimizer]
+) -> Iterator[None]:
+    """Each trace starts with no gradients and no optimizer state, and leaves them as they
+    were: `backward()` accumulates into `.grad` and `step()` into the optimizer's moments and
+    step count, so a second trace (another device's) would otherwise start from the first
+    trace's traced values."""
+    weights = [w for _, w in _weight_names(modules)]
+    kept = [w.grad for w in weights]
+    states = [opt.state for opt in optimizers]
+    for weight in weights:
+        weight.grad = None
+    for opt in optimizers:
+        opt.state = type(opt.state)(dict)
+    try:
+        yield
+    finally:
+        for weight, grad in zip(weights, kept, strict=True):
+            weight.grad = grad
+        for opt, state in zip(optimizers, states, strict=True):
+            opt.state = state
+
+
+def _modules_of(fn: Callable[..., Any]) -> list[tuple[str, nn.Module]]:
+    """The modules whose weights `fn` computes with, each with the prefix its weights' input
+    names take: `fn` itself, the module a bound method belongs to, or the modules a plain
+    function (a training step) reaches through its closure, defaults and referenced globals.
+    One module names its weights bare (`up_weight`); several are told apart by the variable
+    that holds them (`model_up_weight`)."""
+    if isinstance(fn, nn.Module):
+        return [("", fn)]
+    owner = getattr(fn, "__self__", None)
+    if isinstance(owner, nn.Module):
+        return [("", owner)]
+    found: dict[int, tuple[str, nn.Module]] = {}
+    for name, value in _reached(fn).items():
+        if isinstance(value, nn.Module):
+            found.setdefault(id(value), (name, value))
+    if len(found) == 1:
+        return [("", module) for _, module in found.values()]
+    return [(f"{name}_", module) for name, module in found.values()]
+
+
+def _optimizers_of(fn: Callable[..., Any]) -> list[torch.optim.Optimizer]:
+    """The optimizers a training step reaches (their state is made afresh by each trace)."""
+    found = {id(v): v for v in _reached(fn).values() if isinstance(v, torch.optim.Optimizer)}
+    return list(found.values())
+
+
+def _reached(fn: Callable[..., Any]) -> dict[str, Any]:
+    """What a plain function reaches by name: its closure, the globals it reads, and the
+    arguments a `functools.partial` binds."""
+    target = getattr(fn, "func", fn)  # functools.partial
+    try:
+        reached = inspect.getclosurevars(target)
+        named = {**reached.globals, **reached.nonlocals}
+    except (TypeError, ValueError):
+        named = {}
+    for i, arg in enumerate(getattr(fn, "args", ())):
+        named[f"arg{i}"] = arg
+    return named
 
 
 @contextmanager
@@ -211,6 +376,8 @@ def tracing_error(fn: Callable[..., Any], exc: BaseException) -> Exception:
 
 
 def _aten(node: Any, *names: str) -> bool:
+    if not isinstance(node, torch.fx.Node):
+        return False
     packet = getattr(node.target, "overloadpacket", None)
     return node.op == "call_function" and getattr(packet, "__name__", "") in names
 
@@ -230,6 +397,100 @@ def _unmerged(node: Any) -> Any:
     return source
 
 
+def _unmerged_operand(node: Any) -> tuple[Any, bool]:
+    """(the tensor a `bmm` operand was merged from, whether the operand is its transpose):
+    a backward pass multiplies by the transpose of a merged forward operand,
+    `transpose(view(x), 1, 2)`. (None, False) for any other form."""
+    if _aten(node, "transpose") and sorted(int(d) % 3 for d in node.args[1:3]) == [1, 2]:
+        return _unmerged(node.args[0]), True
+    return _unmerged(node), False
+
+
+def _swapped_last(gm: torch.fx.GraphModule, x: Any) -> Any:
+    """`x.transpose(-2, -1)` as a traced node."""
+    node = gm.graph.call_function(torch.ops.aten.transpose.int, (x, -2, -1))
+    node.meta = {**x.meta, "val": x.meta["val"].transpose(-2, -1)}
+    return node
+
+
+def join_slice_gradients(gm: torch.fx.GraphModule) -> int:
+    """A sum holding `slice_backward(a, .., 0, k)`, `slice_backward(b, .., k, n)`, ... (pieces
+    that tile a dim) holds `cat([a, b, ...])` in their place.
+
+    Autograd gives each slice of a tensor (the halves `rotate_half` takes, the chunks of a
+    fused projection) its gradient padded with zeros to the whole tensor, and adds them up
+    with the tensor's other gradients. Pieces that tile the dim add up to their
+    concatenation, which the rules follow through a shard of another dim, where a
+    concatenation with zeros (whose width no layout states) is not followed. Returns how
+    many sums were rewritten; the values are the same."""
+    count = 0
+    for node in list(gm.graph.nodes):
+        if not _aten(node, "add") or node.kwargs or _inner_sum(node):
+            continue
+        terms = _summands(node)
+        pieces = [(t, _slice_gradient(t)) for t in terms]
+        groups: dict[tuple, list] = {}
+        for term, piece in pieces:
+            if piece is not None:
+                groups.setdefault((tuple(piece[1]), piece[2]), []).append((piece[3], term, piece))
+        for (sizes, dim), members in groups.items():
+            members.sort(key=lambda m: m[0])
+            bounds = [(p[3], p[4]) for _, _, p in members]
+            tiles = bounds[0][0] == 0 and bounds[-1][1] == sizes[dim]
+            if len(members) < 2 or not tiles:
+                continue
+            if any(bounds[i][1] != bounds[i + 1][0] for i in range(len(bounds) - 1)):
+                continue
+            with gm.graph.inserting_before(node):
+                cat = gm.graph.call_function(
+                    torch.ops.aten.cat.default, ([p[0] for _, _, p in members], dim)
+                )
+                cat.meta = dict(members[0][1].meta)  # a padded piece has the whole shape
+                joined = {id(t) for _, t, _ in members}
+                rest = [t for t in terms if id(t) not in joined]
+                total = cat
+                for term in rest:
+                    total = gm.graph.call_function(torch.ops.aten.add.Tensor, (total, term))
+                    total.meta = dict(node.meta)
+            node.replace_all_uses_with(total)
+            count += 1
+            break
+    if count:
+        gm.graph.eliminate_dead_code()
+    return count
+
+
+def _inner_sum(node: Any) -> bool:
+    """An add whose only user is another add: part of a larger sum, rewritten with it."""
+    return len(node.users) == 1 and _aten(next(iter(node.users)), "add")
+
+
+def _summands(node: Any) -> list[Any]:
+    """The terms of a sum of plain adds (an add with other users is a term of its own)."""
+    terms = []
+    for arg in node.args:
+        if _aten(arg, "add") and not arg.kwargs and len(arg.users) == 1 and len(arg.args) == 2:
+            terms.extend(_summands(arg))
+        else:
+            terms.append(arg)
+    return terms
+
+
+def _slice_gradient(node: Any) -> tuple[Any, list[int], int, int, int] | None:
+    """(gradient, input sizes, dim, start, end) of a unit-step `slice_backward` whose range
+    is within the dim; None otherwise."""
+    if not _aten(node, "slice_backward") or len(node.args) < 6:
+        return None
+    grad, sizes, dim, start, end, step = node.args[:6]
+    sizes = [int(n) for n in sizes]
+    dim = int(dim) % len(sizes)
+    n = sizes[dim]
+    start, end = (min(max(int(v) + n if int(v) < 0 else int(v), 0), n) for v in (start, end))
+    if int(step) != 1 or end - start != int(grad.meta["val"].shape[dim]):
+        return None
+    return grad, sizes, dim, start, end
+
+
 def refold_batched_matmuls(gm: torch.fx.GraphModule) -> int:
     """Put back the `torch.matmul` of operands with two or more batch dims that `make_fx`
     decomposed into `view(bmm(view(a), view(b)))`, the batch dims merged into one.
@@ -246,7 +507,10 @@ def refold_batched_matmuls(gm: torch.fx.GraphModule) -> int:
         (out,) = node.users
         if not _aten(out, *_VIEWS) or "val" not in out.meta:
             continue
-        lhs, rhs = _unmerged(node.args[0]), _unmerged(node.args[1])
+        (lhs, lhs_t), (rhs, rhs_t) = (
+            _unmerged_operand(node.args[0]),
+            _unmerged_operand(node.args[1]),
+        )
         shape = list(out.meta["val"].shape)
         if lhs is None or rhs is None or len(shape) < 4:
             continue
@@ -254,6 +518,7 @@ def refold_batched_matmuls(gm: torch.fx.GraphModule) -> int:
         if not (len(a) == len(b) == len(shape) and a[:-2] == b[:-2] == shape[:-2]):
             continue
         with gm.graph.inserting_before(out):
+            lhs, rhs = (_swapped_last(gm, x) if t else x for x, t in ((lhs, lhs_t), (rhs, rhs_t)))
             matmul = gm.graph.call_function(torch.ops.aten.matmul.default, (lhs, rhs))
         matmul.meta = dict(out.meta)
         out.replace_all_uses_with(matmul)

@@ -21,15 +21,21 @@ from scalify.mesh import Mesh
 Placed = tuple[tuple[Any, ...], tuple[str, ...], tuple[int, ...]] | None
 
 
-def tensor_leaves(value: Any, placed: list[Placed]) -> tuple[torch.Tensor, ...]:
+def tensor_leaves(
+    value: Any, placed: list[Placed], known: dict[int, str] | None = None, found=None
+) -> tuple[torch.Tensor, ...]:
     """The tensors of `value` in pytree order, DTensors as their local tensors; what each
-    one's placement was is appended to `placed`."""
+    one's placement was is appended to `placed`. `known` maps `id(tensor)` of tensors with a
+    name (a weight's gradient, a weight an optimizer step updated) to that name; each leaf
+    that is one of them is recorded in `found` as leaf index -> name."""
     from torch.utils._pytree import tree_leaves
 
     out: list[torch.Tensor] = []
     for leaf in tree_leaves(value):
         if not isinstance(leaf, torch.Tensor):
             continue
+        if known and id(leaf) in known and found is not None:
+            found[len(out)] = known[id(leaf)]
         if hasattr(leaf, "placements") and hasattr(leaf, "to_local"):
             mesh = leaf.device_mesh
             names = tuple(mesh.mesh_dim_names or ())

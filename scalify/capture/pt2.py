@@ -17,7 +17,9 @@ def export(fn: Callable[..., Any], example_inputs: Sequence[Any], path: str | Pa
     (`scalify.api.fake_mesh` makes one); export the baseline with `export` too, so that both
     files decompose composite ops the same way. A DTensor program is traced on several
     devices (device_probe.py), and each DTensor output's placement is recorded as the
-    layout `verify` requires of it (the mesh's dim names are its axis names).
+    layout `verify` requires of it (the mesh's dim names are its axis names); an output that
+    is a weight's gradient (or the weight after an optimizer step) is recorded as such, and
+    takes that weight's layout.
     """
     from scalify.frontends.fx import save_exported
 
@@ -31,7 +33,7 @@ def export(fn: Callable[..., Any], example_inputs: Sequence[Any], path: str | Pa
     ranks = [len(getattr(o, "shape", ())) for o in _output_values(gm)]
     placed = gm.meta["output_placements"]
     layouts = [placement_text(p, rank) for p, rank in zip(placed, ranks, strict=False)]
-    save_exported(as_exported(gm, inputs), target, layouts)
+    save_exported(as_exported(gm, inputs), target, layouts, gm.meta["output_inputs"])
     return target
 
 

@@ -715,8 +715,14 @@ class _Lowering:
         computes the same as its functional form here: it mutates a fresh tensor (made by
         an op that returns no alias of its inputs) that no later node reads."""
         target = fx_node.args[0] if fx_node.args else None
-        if not self.is_node(target) or target.op != "call_function":
-            return False  # an input or a weight: the mutation is visible to the caller
+        if not self.is_node(target):
+            return False
+        if target.op in ("get_attr", "placeholder"):
+            # a weight an optimizer step updates in place: its new value is this op's, and
+            # no later op (through a view either) may read the old one
+            return self.only_read_before(target, fx_node, through_views=True)
+        if target.op != "call_function":
+            return False
         maker = target
         if target.target is operator.getitem and self.is_node(target.args[0]):
             maker = target.args[0]  # one result of an op with several (topk's values)
@@ -982,6 +988,26 @@ class _Lowering:
         out_shape = src[:dim] + (count,) + src[dim + 1 :]
         attrs = {"starts": tuple(starts), "limits": tuple(limits), "strides": tuple(strides)}
         return self.new("slice", (x,), out_shape, self.dtype(x), attrs, final), out_shape
+
+    def op_slice_backward(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
+        """The gradient of a slice: the slice's gradient put back between zeros, as a
+        concatenation along the sliced dim (the cut the forward slice made)."""
+        grad = self.convert(self.tensor(fx_node.args[0]), dtype)
+        dim, start, _, step = (int(a) for a in fx_node.args[2:6])
+        dim %= len(shape)
+        size = shape[dim]
+        start = min(max(start + size if start < 0 else start, 0), size)
+        if step != 1:
+            raise _Unsupported("the gradient of a strided slice")
+        width = self.shape(grad)[dim]
+        parts = []
+        for piece in (start, None, size - start - width):
+            if piece is None:
+                parts.append(grad)
+            elif piece > 0:
+                zeros = tuple(piece if d == dim else n for d, n in enumerate(shape))
+                parts.append(self.fill(0, zeros, dtype))
+        return self.concatenate(parts, dim, shape, dtype)
 
     def op_slice(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
         args, kwargs = list(fx_node.args), fx_node.kwargs
@@ -1255,7 +1281,12 @@ class _Lowering:
             x = self.new("add", (x, self.operand(bias, dtype, shape)), shape, dtype)
         return x
 
-    def softmax_parts(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> tuple:
+    def softmax_parts(
+        self, fx_node: Any, shape: tuple[int, ...], dtype: str, log: bool = False
+    ) -> tuple:
+        """(x - max, exp of it, the broadcast sum of the exps, or with `log` the broadcast
+        log of that sum: the log is taken before the broadcast, as hand-written
+        log-sum-exps (a vocab-parallel cross-entropy, `jax.nn.log_softmax`) take it)."""
         x = self.convert(self.tensor(fx_node.args[0]), dtype)
         rank = len(shape)
         dim = int(fx_node.args[1]) % rank if rank else 0
@@ -1266,6 +1297,8 @@ class _Lowering:
         shifted = self.new("sub", (x, spread), shape, dtype)
         e = self.new("exp", (shifted,), shape, dtype)
         total = self.new("reduce", (e,), reduced, dtype, {"dims": (dim,), "op": "sum"})
+        if log:
+            total = self.new("log", (total,), reduced, dtype)
         denominator = self.new("broadcast", (total,), shape, dtype, {"dims": rest})
         return shifted, e, denominator
 
@@ -1277,8 +1310,7 @@ class _Lowering:
     op__softmax = op_softmax
 
     def op_log_softmax(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
-        shifted, _, denominator = self.softmax_parts(fx_node, shape, dtype)
-        log = self.new("log", (denominator,), shape, dtype)
+        shifted, _, log = self.softmax_parts(fx_node, shape, dtype, log=True)
         return self.new("sub", (shifted, log), shape, dtype, final=True)
 
     op__log_softmax = op_log_softmax
@@ -1415,6 +1447,20 @@ class _Lowering:
         dim 0, as XLA's gather for `jnp.take` reads). `padding_idx` only changes gradients."""
         weight, indices = self.tensor(fx_node.args[0]), self.tensor(fx_node.args[1])
         return self.new("take", (weight, indices), shape, dtype, {"dim": 0}, final=True)
+
+    def op_gather(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
+        """`torch.gather(x, dim, index)`: one entry per row along `dim` (`take_along`, as XLA's
+        gather for `take_along_axis` reads) when the index covers every other dim of x;
+        a gather over part of the other dims stays opaque."""
+        x, index = self.tensor(fx_node.args[0]), self.tensor(fx_node.args[2])
+        rank = len(self.shape(x))
+        dim = int(fx_node.args[1]) % max(rank, 1)
+        same = [d for d in range(rank) if d != dim]
+        if len(self.shape(index)) != rank or any(
+            self.shape(index)[d] != self.shape(x)[d] for d in same
+        ):
+            raise _Unsupported("gather over part of the other dims")
+        return self.new("take_along", (x, index), shape, dtype, {"dim": dim}, final=True)
 
     # ---- values that depend on the device (scalify/capture/device_ops.py)
 
@@ -1553,12 +1599,20 @@ class _Lowering:
             return (self.reduce_scatter(args[1], shape, dtype, size, op), None)
         raise _Unsupported(f"c10d.{name}")
 
-    def only_read_before(self, tensor: Any, op: Any) -> bool:
-        """Whether every reader of `tensor` but `op` comes before `op`."""
+    def only_read_before(self, tensor: Any, op: Any, through_views: bool = False) -> bool:
+        """Whether every reader of `tensor` but `op` comes before `op`; `through_views`: and
+        every reader of a view of it (which shares its memory) too."""
         if not self.order:
             self.order = {node: i for i, node in enumerate(self.gm.graph.nodes)}
         here = self.order[op]
-        return all(self.order[user] < here for user in tensor.users if user is not op)
+        for user in tensor.users:
+            if user is op:
+                continue
+            if self.order[user] > here:
+                return False
+            if through_views and _is_view(user) and not self.only_read_before(user, op, True):
+                return False
+        return True
 
     def script_object(self, arg: Any) -> Any:
         if not self.is_node(arg) or arg.op != "get_attr":
@@ -1754,6 +1808,25 @@ def _flatten(value: Any) -> list[Any]:
     return [value]
 
 
+def _is_view(node: Any) -> bool:
+    """An op whose result aliases its first operand (`t`, `view`, `transpose`...)."""
+    schema = getattr(node.target, "_schema", None)
+    return schema is not None and any(r.alias_info is not None for r in schema.returns)
+
+
+def lowers_natively(name: str) -> bool:
+    """Whether the frontend gives the ATen op `name` (an in-place `add_` read as `add`) its
+    own semantics. The tracer decomposes the ops it does not (backward kernels such as
+    `threshold_backward`) into ones it does, with PyTorch's own decompositions."""
+    base = name[:-1] if name.endswith("_") and not name.startswith("_") else name
+    special = {"dropout", "feature_dropout", "max", "min", "view_as_complex", "view_as_real"}
+    known = _IDENTITY | _RESHAPES | _ATTENTION | _MULTI_OUTPUT | _CONVERTS | special | {"rsub"}
+    return any(
+        n in known or n in _UNARY or n in _BINARY or n in _COMPARE or hasattr(_Lowering, f"op_{n}")
+        for n in (name, base)
+    )
+
+
 # --------------------------------------------------------------------------------------------
 # Public API
 
@@ -1867,24 +1940,32 @@ def load_fx(path: str | Path) -> Graph:
     groups: dict[str, int] = {}
     world_size = None
     layouts: list = []
+    followed: dict[int, str] = {}
     if extra.get(GROUPS_FILE):
         try:
             recorded = json.loads(extra[GROUPS_FILE])
             groups = {str(k): int(v) for k, v in recorded.get("groups", {}).items()}
             world_size = recorded.get("world_size")
             layouts = recorded.get("output_layouts") or []
+            followed = {int(k): str(v) for k, v in (recorded.get("output_inputs") or {}).items()}
         except (ValueError, TypeError, AttributeError) as exc:
             raise ScalifyError(f"bad {GROUPS_FILE} inside the export file: {exc}", p) from None
     graph = graph_from_fx(ep, p, group_sizes=groups, world_size=world_size)
     graph.output_layouts = {i: str(lay) for i, lay in enumerate(layouts) if lay}
+    graph.output_inputs = followed
     return graph
 
 
-def save_exported(ep: Any, path: str | Path, output_layouts: list[str | None] = ()) -> None:
+def save_exported(
+    ep: Any,
+    path: str | Path,
+    output_layouts: list[str | None] = (),
+    output_inputs: dict[int, str] | None = None,
+) -> None:
     """`torch.export.save`, recording the size of every process group the program's
     collectives name (resolved in this process), so `load_fx` can read them later without
-    a process group, and the layout each output is returned in (a DTensor's placements;
-    None for a plain tensor)."""
+    a process group, the layout each output is returned in (a DTensor's placements; None
+    for a plain tensor), and which outputs are a weight's gradient or updated value."""
     import torch
 
     sizes: dict[str, int] = {}
@@ -1905,7 +1986,11 @@ def save_exported(ep: Any, path: str | Path, output_layouts: list[str | None] = 
             size = lowering.group_size(group)
             if size is not None:
                 sizes[group] = size
-    record: dict[str, Any] = {"groups": sizes, "output_layouts": list(output_layouts)}
+    record: dict[str, Any] = {
+        "groups": sizes,
+        "output_layouts": list(output_layouts),
+        "output_inputs": {str(k): v for k, v in (output_inputs or {}).items()},
+    }
     if collectives:
         try:
             import torch.distributed as dist

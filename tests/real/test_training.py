@@ -1,0 +1,250 @@
+"""Training steps as frameworks' own autograd records them: the forward, the loss and the
+backward traced together, every weight's gradient an output held to that weight's layout.
+
+transformers' LlamaForCausalLM under its own tensor-parallel plan and a module parallelised
+with PyTorch's `parallelize_module` are proved whole; a Megatron-style block written with
+functional collectives (sequence parallel, the norm weight's gradient all-reduced by hand, as
+Megatron's `finalize_model_grads` does) is proved, and the published bug of leaving that
+all-reduce out (Megatron-LM #1446) is caught at the line that returns the gradient."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from real_support import require
+
+from scalify.api import check_equivalent, fake_mesh
+
+
+def train_step(model: torch.nn.Module, loss_of):
+    """`loss_of(model, *inputs)` and the gradient of every weight, as a training loop's
+    `loss.backward()` leaves them in `.grad`."""
+    weights = [p for p in model.parameters() if p.requires_grad]
+
+    def step(*inputs):
+        loss = loss_of(model, *inputs)
+        loss.backward()
+        return loss, [p.grad for p in weights]
+
+    return step
+
+
+class MLP(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.up = torch.nn.Linear(16, 32, bias=False)
+        self.down = torch.nn.Linear(32, 16, bias=False)
+
+    def forward(self, x):
+        return self.down(torch.relu(self.up(x)))
+
+
+def squared(model, x):
+    return model(x).square().sum()
+
+
+def test_a_parallelize_module_training_step_is_proved():
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        parallelize_module,
+    )
+
+    torch.manual_seed(0)
+    baseline = MLP()
+    model = copy.deepcopy(baseline)
+    mesh = fake_mesh("tp=2")
+    parallelize_module(model, mesh, {"up": ColwiseParallel(), "down": RowwiseParallel()})
+    x = torch.randn(4, 16)
+    report = check_equivalent(
+        train_step(baseline, squared), train_step(model, squared), mesh=mesh, example_inputs=(x,)
+    )
+    assert report.verdict == "equivalent", [s.reason for s in report.suspects[:2]]
+    layouts = [(o.expected, o.proven) for o in report.outputs]
+    assert layouts == [("replicate",) * 2, ("shard(0, tp)",) * 2, ("shard(1, tp)",) * 2]
+
+
+def test_an_sgd_step_leaves_each_weight_in_its_layout():
+    """One optimizer step: the weights `SGD.step()` updates in place are the outputs."""
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        parallelize_module,
+    )
+
+    torch.manual_seed(0)
+    baseline = MLP()
+    model = copy.deepcopy(baseline)
+    mesh = fake_mesh("tp=2")
+    parallelize_module(model, mesh, {"up": ColwiseParallel(), "down": RowwiseParallel()})
+
+    def sgd_step(m):
+        weights = list(m.parameters())
+        optimizer = torch.optim.SGD(weights, lr=0.1)
+
+        def step(x):
+            loss = squared(m, x)
+            loss.backward()
+            optimizer.step()
+            return loss, weights
+
+        return step
+
+    x = torch.randn(4, 16)
+    report = check_equivalent(sgd_step(baseline), sgd_step(model), mesh=mesh, example_inputs=(x,))
+    assert report.verdict == "equivalent", [s.reason for s in report.suspects[:2]]
+    assert [o.proven for o in report.outputs] == ["replicate", "shard(0, tp)", "shard(1, tp)"]
+
+
+@pytest.mark.slow
+def test_llama_training_step_with_its_own_plan_is_proved(tmp_path):
+    require("transformers", "accelerate")
+    from hf_llama import VOCAB, load, save_tiny_llama, token_ids
+
+    baseline, model, mesh = load(save_tiny_llama(tmp_path / "tiny-llama"))
+    labels = torch.randint(0, VOCAB, (2, 8), generator=torch.Generator().manual_seed(3))
+
+    def causal_lm_loss(m, input_ids, labels):
+        return m(input_ids, labels=labels).loss
+
+    report = check_equivalent(
+        train_step(baseline, causal_lm_loss),
+        train_step(model, causal_lm_loss),
+        mesh=mesh,
+        example_inputs=(token_ids(), labels),
+    )
+    assert report.verdict == "equivalent", [s.reason for s in report.suspects[:2]]
+    weights = [n for n, p in baseline.named_parameters() if p.requires_grad]
+    assert len(report.outputs) == 1 + len(weights)
+    assert all(o.ok for o in report.outputs)
+    assert {o.expected for o in report.outputs} == {"replicate", "shard(0, tp)", "shard(1, tp)"}
+
+
+# ---- a Megatron-style block written with functional collectives, sequence parallel
+
+
+class _GatherSequence(torch.autograd.Function):
+    """Megatron's gather_from_sequence_parallel_region: all-gather forward, reduce-scatter
+    backward."""
+
+    @staticmethod
+    def forward(ctx, x, group):
+        from torch.distributed import _functional_collectives as funcol
+
+        ctx.group = group
+        return funcol.all_gather_tensor(x, 0, group)
+
+    @staticmethod
+    def backward(ctx, grad):
+        from torch.distributed import _functional_collectives as funcol
+
+        return funcol.reduce_scatter_tensor(grad, "sum", 0, ctx.group), None
+
+
+class _ScatterSequence(torch.autograd.Function):
+    """Megatron's reduce_scatter_to_sequence_parallel_region: reduce-scatter forward,
+    all-gather backward."""
+
+    @staticmethod
+    def forward(ctx, x, group):
+        from torch.distributed import _functional_collectives as funcol
+
+        ctx.group = group
+        return funcol.reduce_scatter_tensor(x, "sum", 0, group)
+
+    @staticmethod
+    def backward(ctx, grad):
+        from torch.distributed import _functional_collectives as funcol
+
+        return funcol.all_gather_tensor(grad, 0, ctx.group), None
+
+
+class Block(torch.nn.Module):
+    """RMSNorm then an MLP; with `group`, sequence parallel around a tensor-parallel MLP
+    (each device holds its columns of `up` and rows of `down`)."""
+
+    def __init__(self, width: int = 16, hidden: int = 32, group=None, tp: int = 1) -> None:
+        super().__init__()
+        self.norm = torch.nn.Parameter(torch.ones(width))
+        self.up = torch.nn.Linear(width, hidden // tp, bias=False)
+        self.down = torch.nn.Linear(hidden // tp, width, bias=False)
+        self.group = group
+
+    def forward(self, x):
+        x = x * torch.rsqrt(x.square().mean(-1, keepdim=True) + 1e-6) * self.norm
+        if self.group is not None:
+            x = _GatherSequence.apply(x, self.group)
+        x = self.down(torch.relu(self.up(x)))
+        if self.group is not None:
+            x = _ScatterSequence.apply(x, self.group)
+        return x
+
+
+def _megatron_step(model: Block, reduce_norm_grad: bool):
+    """A training step as Megatron runs it: backward, then `finalize_model_grads`
+    all-reduces the gradients of the weights that sequence parallelism leaves partial
+    (the norm's), since each device saw only its part of the sequence."""
+    from torch.distributed import _functional_collectives as funcol
+
+    weights = list(model.parameters())
+
+    def step(x):
+        loss = model(x).square().sum()
+        loss.backward()
+        if reduce_norm_grad:
+            model.norm.grad = funcol.all_reduce(model.norm.grad, "sum", model.group)
+        return loss, [p.grad for p in weights]
+
+    return step
+
+
+def _check_megatron(reduce_norm_grad: bool):
+    tp = 2
+    mesh = fake_mesh(f"tp={tp}")
+    group = mesh.get_group("tp")
+    torch.manual_seed(0)
+    baseline = Block()
+    model = Block(group=group, tp=tp)
+    with torch.no_grad():
+        model.up.weight.copy_(baseline.up.weight[: 32 // tp])
+        model.down.weight.copy_(baseline.down.weight[:, : 32 // tp])
+    x = torch.randn(8, 16)
+
+    def baseline_step(x):
+        loss = baseline(x).square().sum()
+        loss.backward()
+        return loss, [p.grad for p in baseline.parameters()]
+
+    return check_equivalent(
+        baseline_step,
+        _megatron_step(model, reduce_norm_grad),
+        mesh=mesh,
+        example_inputs=(x,),
+        parallel_inputs=(x[: 8 // tp],),
+        relations={
+            "inputs": {"x": "shard(0, tp)"},
+            "outputs": ["partial(sum, tp)", None, None, None],
+        },
+    )
+
+
+def test_a_sequence_parallel_training_step_with_functional_collectives_is_proved():
+    report = _check_megatron(reduce_norm_grad=True)
+    assert report.verdict == "equivalent", [s.reason for s in report.suspects[:2]]
+    told = report.relations["outputs"]
+    assert told[1:] == [
+        "output 1: replicate (the layout of input norm)",
+        "output 2: shard(0, tp) (the layout of input up_weight)",
+        "output 3: shard(1, tp) (the layout of input down_weight)",
+    ], told
+
+
+def test_the_norm_gradient_left_partial_is_caught():
+    """Megatron-LM #1446 (Entangle's bug 9): under sequence parallelism the norm weights'
+    gradients were not all-reduced, so each device trained its norm on its own tokens."""
+    report = _check_megatron(reduce_norm_grad=False)
+    assert report.verdict == "not_equivalent"
+    assert report.outputs[1].proven.startswith("partial(sum, tp)"), report.outputs[1]
+    assert report.counterexample

@@ -1,0 +1,55 @@
+"""Gradients from JAX's own autograd: a tensor-parallel training step partitioned by XLA
+and written by hand in `shard_map` is proved; `shard_map` with `check_vma=False` (where the
+transpose of `psum` is a `psum` again) doubles every gradient and is caught at the `psum`."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO, run_cli, verify_json
+
+pytest.importorskip("jax")
+
+
+@pytest.fixture(scope="module")
+def programs(tmp_path_factory):
+    out = tmp_path_factory.mktemp("jax_training")
+    script = REPO / "tests" / "jax_training" / "export.py"
+    subprocess.run([sys.executable, str(script), str(out)], check=True, capture_output=True)
+    return out
+
+
+def test_the_partitioned_training_step_is_proved(programs):
+    code, report = verify_json(programs / "annotated_baseline.hlo", programs / "partitioned.hlo")
+    assert (code, report["verdict"]) == (0, "equivalent"), report["suspects"][:1]
+    assert [o["proven"] for o in report["outputs"]] == ["replicate", "shard(1, tp)", "shard(0, tp)"]
+
+
+def test_gradients_whose_layout_nothing_states_are_asked_for(programs):
+    result = run_cli("verify", str(programs / "baseline.hlo"), str(programs / "partitioned.hlo"))
+    assert result.code == 2
+    assert "output 1 has local shape [16, 16] where the baseline's is [16, 32]" in result.err
+    assert '["shard(1, tp)"]' in result.err
+
+
+def test_a_shard_map_training_step_is_proved(programs):
+    code, report = verify_json(programs / "baseline.hlo", programs / "shard_map.hlo")
+    assert (code, report["verdict"]) == (0, "equivalent"), report["suspects"][:1]
+
+
+def test_the_doubled_gradients_of_an_unchecked_psum_are_caught(programs):
+    code, report = verify_json(programs / "baseline.hlo", programs / "shard_map_unchecked.hlo")
+    assert (code, report["verdict"]) == (1, "not_equivalent")
+    first = report["suspects"][0]
+    assert first["op"] == "all_reduce" and "2x too large" in first["reason"], first
+    line = next(
+        i
+        for i, text in enumerate(
+            (REPO / "tests/jax_training/export.py").read_text().splitlines(), 1
+        )
+        if "jax.lax.psum(" in text
+    )
+    assert (first["file"].endswith("export.py"), first["line"]) == (True, line)
+    assert report["counterexample"]
