@@ -12,7 +12,9 @@ from .block_lookup import fold_block_lookups
 from .device_tables import fold_device_tables
 from .int_ranges import fold_int_ranges, is_int_dtype
 from .ir import Graph, Node, feeding
+from .literal_folding import fold_literals
 from .one_hot import fold_one_hots
+from .padded_pieces import join_padded_pieces
 from .static_indices import fold_static_indices
 
 
@@ -177,6 +179,8 @@ def canonicalize(graph: Graph) -> Graph:
     ranges = fold_int_ranges(graph)
     fold_block_lookups(graph)
     fold_one_hots(graph, ranges)
+    fold_literals(graph)
+    join_padded_pieces(graph)
     next_id = max(graph.nodes, default=-1) + 1
     nodes: dict[int, Node] = {}
     for node in graph.nodes.values():
@@ -237,6 +241,33 @@ def _slice_along_one_dim(node: Node, nodes: dict[int, Node]) -> None:
         return
     node.op, node.operands = "slice_at", (x, starts[d])
     node.attrs = {"dim": d, "size": sizes[d], "parts": operand.shape[d] // sizes[d]}
+
+
+def _without_unit_dims(node: Node, operand: Node, node_id: int) -> Node | None:
+    """For a reduce over dims some of which have size 1 (the transpose of `repeat` over one
+    KV head per device reduces its unit head dim with the repeats): the same reduce over
+    the other dims alone, keeping the unit dims for a reshape to drop. Reducing one element
+    is no reduction, and a unit dim sharded down to one entry per device is no dim to
+    reduce across. None when no reduced dim is a unit dim, or every one is (a reshape)."""
+    dims = tuple(node.attrs.get("dims", ()))
+    unit = [d for d in dims if operand.shape[d] == 1]
+    if not unit or len(node.operands) != 1:
+        return None
+    kept = tuple(d for d in dims if d not in unit)
+    shape = tuple(n for d, n in enumerate(operand.shape) if d not in kept)
+    attrs = {**node.attrs, "dims": kept}
+    op = "reduce" if kept else "reshape"
+    return Node(
+        node_id,
+        op,
+        node.operands,
+        shape,
+        node.dtype,
+        attrs if kept else {},
+        node.loc,
+        f"{node.name}.reduced",
+        node.framework_op,
+    )
 
 
 def _only_adds_unit_dims(node: Node, operand: Node) -> bool:
@@ -307,8 +338,16 @@ def _fold(graph: Graph) -> Graph:
     paired = {n for pair in graph.equalities for n in pair}
 
     def add(node: Node) -> None:
+        nonlocal next_id
         operands = tuple(alias.get(o, o) for o in node.operands)
         node.operands = operands
+        if node.op == "reduce" and node.id not in paired:
+            inner = _without_unit_dims(node, nodes[operands[0]], next_id)
+            if inner is not None:  # the reduce over the other dims, then drop the unit ones
+                next_id += 1
+                nodes[inner.id] = inner
+                node.op, node.operands, node.attrs = "reshape", (inner.id,), {}
+                operands = node.operands
         if (
             operands
             and node.id not in paired  # a kept broadcast form stays one (canonicalised again)

@@ -9,6 +9,9 @@ Usage: python examples/llama/export.py --out DIR [--config tiny|8b|70b|405b] [--
 (batch, seq, hidden) replicated, through every layer and the final RMSNorm; no embedding,
 LM head or loss, hence no device index and no gather. --parts sp_layers is the same stack
 with Megatron sequence parallelism: x and the result split along the sequence.
+--parts train_layers is a training step over the decoder stack: (params, x) -> (loss, the
+gradient of every weight), `jax.value_and_grad` of the sum of squared hidden states, the
+tp variant inside `shard_map` with JAX's replication check on (so `psum` transposes right).
 
 Arguments are ShapeDtypeStructs (with a NamedSharding for the tp variants), so even the
 405B config lowers without allocating a weight. The CLI sets XLA_FLAGS before jax is
@@ -89,8 +92,10 @@ def skip_reason(bug: str, cfg: LlamaConfig, tp: int, part: str = "full") -> str 
 def baseline_function(cfg: LlamaConfig, output: str = "loss") -> Callable[..., Any]:
     """jit of the single-device model; `output` as in `tp_function`."""
     import jax
-    from model import decoder, llama, llama_logits
+    from model import decoder, llama, llama_logits, stack_loss
 
+    if output == "train":
+        return jax.jit(jax.value_and_grad(partial(stack_loss, cfg=cfg)))
     body = {"loss": llama, "logits": llama_logits, "hidden": decoder, "sp_hidden": decoder}[output]
     return jax.jit(partial(body, cfg=cfg))
 
@@ -118,6 +123,7 @@ def tp_function(
         tp_llama,
         tp_llama_logits,
         tp_param_specs,
+        tp_stack_loss,
     )
 
     specs = tp_param_specs(cfg, mesh.shape["tp"])
@@ -134,6 +140,12 @@ def tp_function(
     elif output == "sp_hidden":  # the sequence split over "tp" on the way in and out
         body = partial(sp_decoder, cfg=cfg, bug=bug, bug_layer=bug_layer)
         in_specs, out_specs = (part_params(specs, "layers"), P(None, "tp")), P(None, "tp")
+    elif output == "train":  # gradients: JAX's check on, so each psum transposes right
+        layer_specs = part_params(specs, "layers")
+        body = jax.value_and_grad(partial(tp_stack_loss, cfg=cfg))
+        in_specs, out_specs = (layer_specs, P()), (P(), layer_specs)
+        smap = jax.shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=out_specs)
+        return jax.jit(smap)
     else:
         body = partial(tp_llama, cfg=cfg, bug=bug)
         in_specs, out_specs = (specs, P(), P()), P()
@@ -191,8 +203,10 @@ def export_all(
     replicated = NamedSharding(mesh, jax.sharding.PartitionSpec())
     if part == "sp_layers":
         replicated = NamedSharding(mesh, jax.sharding.PartitionSpec(None, "tp"))
-    if part in ("layers", "sp_layers"):
-        output = "hidden" if part == "layers" else "sp_hidden"
+    if part == "train_layers" and bugs:
+        raise ValueError("--parts train_layers exports no bug variants (use --bugs none)")
+    if part in ("layers", "sp_layers", "train_layers"):
+        output = {"layers": "hidden", "sp_layers": "sp_hidden", "train_layers": "train"}[part]
         x_shape, x_dtype = (batch, seq, cfg.hidden), jnp.float32
         n_inputs = 1  # x
     else:
@@ -227,7 +241,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", type=Path, required=True)
     add_variant_options(ap)
     ap.add_argument("--tp", type=int, default=4)
-    ap.add_argument("--parts", choices=("full", "layers", "sp_layers"), default="full")
+    ap.add_argument(
+        "--parts", choices=("full", "layers", "sp_layers", "train_layers"), default="full"
+    )
     ap.add_argument("--seq", type=int, default=8)
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--bugs", default="all", help="all, none, or a comma-separated list")

@@ -22,8 +22,8 @@ from jax import Array, lax
 from jax.sharding import PartitionSpec as P
 
 Params = dict[str, Any]
-Part = Literal["full", "layers", "sp_layers"]
-PARTS: tuple[Part, ...] = ("full", "layers", "sp_layers")
+Part = Literal["full", "layers", "sp_layers", "train_layers"]
+PARTS: tuple[Part, ...] = ("full", "layers", "sp_layers", "train_layers")
 Bug = Literal[
     "heads_reshape_wrong_factor",
     "wrong_transpose",
@@ -81,7 +81,8 @@ def param_shapes(cfg: LlamaConfig) -> Params:
 
 
 def part_params(params: Params, part: Part) -> Params:
-    """The subtree a part reads: everything for "full", layers + final norm for "layers".
+    """The subtree a part reads: everything for "full", layers + final norm for the decoder
+    stack parts ("layers", "sp_layers", "train_layers").
 
     Works on any tree shaped like `param_shapes` (shapes, specs, arrays).
     """
@@ -430,6 +431,18 @@ def tp_cross_entropy(logits: Array, targets: Array, one_hot: bool = False) -> Ar
     target_logit = jnp.take_along_axis(logits, jnp.clip(local, 0, cols - 1)[..., None], axis=-1)
     target_logit = lax.psum(jnp.where(mine, target_logit[..., 0], 0.0), "tp")
     return jnp.mean(lse - target_logit)
+
+
+def stack_loss(params: Params, x: Array, *, cfg: LlamaConfig) -> Array:
+    """A training loss over the decoder stack alone (the sum of squared hidden states), for
+    the backward pass of every layer without the embedding and LM head."""
+    return jnp.sum(jnp.square(decoder(params, x, cfg=cfg)))
+
+
+def tp_stack_loss(params: Params, x: Array, *, cfg: LlamaConfig) -> Array:
+    """`stack_loss` on each device's shards: the stack's output is replicated, so is the
+    loss."""
+    return jnp.sum(jnp.square(tp_decoder(params, x, cfg=cfg)))
 
 
 def tp_decoder(

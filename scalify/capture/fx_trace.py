@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import traceback
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -110,7 +111,11 @@ def trace(
 
     def make_in(mode: str) -> torch.fx.GraphModule:
         options = {"tracing_mode": "fake", "_allow_non_fake_inputs": True} if mode == "fake" else {}
-        with _quiet("torch._subclasses.fake_tensor"), _attention_as_math(attention_math):
+        with (
+            _quiet("torch._subclasses.fake_tensor"),
+            _attention_as_math(attention_math),
+            _stack_traces_from_the_program(),
+        ):
             return make_fx(
                 leaves,
                 decomposition_table=foreign_decompositions(),
@@ -171,10 +176,41 @@ def trace(
         node.target = name
     _merge_repeated_reads(gm)
     refold_batched_matmuls(gm)
-    join_slice_gradients(gm)
     gm.graph.lint()
     gm.recompile()
     return gm
+
+
+@contextmanager
+def _stack_traces_from_the_program() -> Iterator[None]:
+    """Stack traces for the ops a program runs outside any module's `forward`.
+
+    FX keeps a node's stack from the first `forward` frame on and drops it when there is
+    none, so the ops a training step runs itself (an all-reduce of gradients, the optimizer)
+    and those autograd runs for `loss.backward()` had no line. Those keep the frames from the
+    traced callable on: the step's line, or the line in a custom autograd function's
+    `backward`. Stacks through a `forward` are kept as FX keeps them."""
+    from torch.fx.proxy import TracerBase
+
+    original = TracerBase._filter_traceback_frames
+
+    def kept(self, summary):
+        frames = list(summary)
+        if any(f.name == "forward" for f in frames):
+            return original(self, summary)
+        start = next(
+            (i for i, f in enumerate(frames) if f.name == "leaves" and f.filename == __file__),
+            None,
+        )
+        if start is None:
+            return original(self, summary)
+        return traceback.StackSummary.from_list(frames[start + 1 :])
+
+    TracerBase._filter_traceback_frames = kept
+    try:
+        yield
+    finally:
+        TracerBase._filter_traceback_frames = original
 
 
 def _fused_attention_backward(gm: torch.fx.GraphModule) -> bool:
@@ -339,7 +375,6 @@ def _reads_traced_data(exc: BaseException) -> bool:
 
 def tracing_error(fn: Callable[..., Any], exc: BaseException) -> Exception:
     """A `ScalifyError` saying where in the model tracing stopped and why."""
-    import traceback
 
     from scalify.errors import ScalifyError
     from scalify.frames import is_machinery, pick_location
@@ -411,84 +446,6 @@ def _swapped_last(gm: torch.fx.GraphModule, x: Any) -> Any:
     node = gm.graph.call_function(torch.ops.aten.transpose.int, (x, -2, -1))
     node.meta = {**x.meta, "val": x.meta["val"].transpose(-2, -1)}
     return node
-
-
-def join_slice_gradients(gm: torch.fx.GraphModule) -> int:
-    """A sum holding `slice_backward(a, .., 0, k)`, `slice_backward(b, .., k, n)`, ... (pieces
-    that tile a dim) holds `cat([a, b, ...])` in their place.
-
-    Autograd gives each slice of a tensor (the halves `rotate_half` takes, the chunks of a
-    fused projection) its gradient padded with zeros to the whole tensor, and adds them up
-    with the tensor's other gradients. Pieces that tile the dim add up to their
-    concatenation, which the rules follow through a shard of another dim, where a
-    concatenation with zeros (whose width no layout states) is not followed. Returns how
-    many sums were rewritten; the values are the same."""
-    count = 0
-    for node in list(gm.graph.nodes):
-        if not _aten(node, "add") or node.kwargs or _inner_sum(node):
-            continue
-        terms = _summands(node)
-        pieces = [(t, _slice_gradient(t)) for t in terms]
-        groups: dict[tuple, list] = {}
-        for term, piece in pieces:
-            if piece is not None:
-                groups.setdefault((tuple(piece[1]), piece[2]), []).append((piece[3], term, piece))
-        for (sizes, dim), members in groups.items():
-            members.sort(key=lambda m: m[0])
-            bounds = [(p[3], p[4]) for _, _, p in members]
-            tiles = bounds[0][0] == 0 and bounds[-1][1] == sizes[dim]
-            if len(members) < 2 or not tiles:
-                continue
-            if any(bounds[i][1] != bounds[i + 1][0] for i in range(len(bounds) - 1)):
-                continue
-            with gm.graph.inserting_before(node):
-                cat = gm.graph.call_function(
-                    torch.ops.aten.cat.default, ([p[0] for _, _, p in members], dim)
-                )
-                cat.meta = dict(members[0][1].meta)  # a padded piece has the whole shape
-                joined = {id(t) for _, t, _ in members}
-                rest = [t for t in terms if id(t) not in joined]
-                total = cat
-                for term in rest:
-                    total = gm.graph.call_function(torch.ops.aten.add.Tensor, (total, term))
-                    total.meta = dict(node.meta)
-            node.replace_all_uses_with(total)
-            count += 1
-            break
-    if count:
-        gm.graph.eliminate_dead_code()
-    return count
-
-
-def _inner_sum(node: Any) -> bool:
-    """An add whose only user is another add: part of a larger sum, rewritten with it."""
-    return len(node.users) == 1 and _aten(next(iter(node.users)), "add")
-
-
-def _summands(node: Any) -> list[Any]:
-    """The terms of a sum of plain adds (an add with other users is a term of its own)."""
-    terms = []
-    for arg in node.args:
-        if _aten(arg, "add") and not arg.kwargs and len(arg.users) == 1 and len(arg.args) == 2:
-            terms.extend(_summands(arg))
-        else:
-            terms.append(arg)
-    return terms
-
-
-def _slice_gradient(node: Any) -> tuple[Any, list[int], int, int, int] | None:
-    """(gradient, input sizes, dim, start, end) of a unit-step `slice_backward` whose range
-    is within the dim; None otherwise."""
-    if not _aten(node, "slice_backward") or len(node.args) < 6:
-        return None
-    grad, sizes, dim, start, end, step = node.args[:6]
-    sizes = [int(n) for n in sizes]
-    dim = int(dim) % len(sizes)
-    n = sizes[dim]
-    start, end = (min(max(int(v) + n if int(v) < 0 else int(v), 0), n) for v in (start, end))
-    if int(step) != 1 or end - start != int(grad.meta["val"].shape[dim]):
-        return None
-    return grad, sizes, dim, start, end
 
 
 def refold_batched_matmuls(gm: torch.fx.GraphModule) -> int:

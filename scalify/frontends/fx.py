@@ -990,8 +990,9 @@ class _Lowering:
         return self.new("slice", (x,), out_shape, self.dtype(x), attrs, final), out_shape
 
     def op_slice_backward(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
-        """The gradient of a slice: the slice's gradient put back between zeros, as a
-        concatenation along the sliced dim (the cut the forward slice made)."""
+        """The gradient of a slice: the slice's gradient padded with zeros back to the whole
+        tensor, as JAX's transpose of a slice writes it (`pad`); a sum of pieces that tile
+        the dim becomes their concatenation (padded_pieces.py)."""
         grad = self.convert(self.tensor(fx_node.args[0]), dtype)
         dim, start, _, step = (int(a) for a in fx_node.args[2:6])
         dim %= len(shape)
@@ -1000,14 +1001,11 @@ class _Lowering:
         if step != 1:
             raise _Unsupported("the gradient of a strided slice")
         width = self.shape(grad)[dim]
-        parts = []
-        for piece in (start, None, size - start - width):
-            if piece is None:
-                parts.append(grad)
-            elif piece > 0:
-                zeros = tuple(piece if d == dim else n for d, n in enumerate(shape))
-                parts.append(self.fill(0, zeros, dtype))
-        return self.concatenate(parts, dim, shape, dtype)
+        padding = "x".join(
+            f"{start}_{size - start - width}" if d == dim else "0_0" for d in range(len(shape))
+        )
+        zero = self.constant(0, dtype)
+        return self.new("pad", (grad, zero), shape, dtype, {"padding": padding}, final=True)
 
     def op_slice(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
         args, kwargs = list(fx_node.args), fx_node.kwargs

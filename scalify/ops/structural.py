@@ -409,6 +409,18 @@ def _concatenate_instance(b) -> int:
     return b.op("concatenate", (x, y), "f32", {"dim": int(b.rng.integers(rank))})
 
 
+def _pad(node, args) -> np.ndarray:
+    """HLO's `pad` (`lo_hi[_interior]` per dim, `x` between dims) without interior padding;
+    negative widths crop."""
+    x, value = args
+    widths = [[int(n) for n in spec.split("_")] for spec in str(node.attrs["padding"]).split("x")]
+    if any(len(w) == 3 and w[2] for w in widths):
+        raise NotSimulable("pad with interior padding")
+    crop = tuple(slice(max(-w[0], 0), x.shape[d] - max(-w[1], 0)) for d, w in enumerate(widths))
+    grow = [(max(w[0], 0), max(w[1], 0)) for w in widths]
+    return np.pad(x[crop], grow, constant_values=np.asarray(value).reshape(()).item())
+
+
 OPS = [
     OpSpec("parameter"),
     OpSpec("constant", kernel=_constant),
@@ -486,5 +498,5 @@ OPS = [
         kernel=lambda node, args: np.concatenate(args, axis=int(node.attrs["dim"])),
         generate=_concatenate_instance,
     ),
-    OpSpec("pad", arity=(2,), key=attrs_and_shape_key),
+    OpSpec("pad", arity=(2,), key=attrs_and_shape_key, kernel=_pad),
 ]

@@ -248,3 +248,68 @@ def test_the_norm_gradient_left_partial_is_caught():
     assert report.verdict == "not_equivalent"
     assert report.outputs[1].proven.startswith("partial(sum, tp)"), report.outputs[1]
     assert report.counterexample
+    first = report.suspects[0]  # at the line that computed the gradient left unreduced
+    assert "an all-reduce over tp is missing" in first.reason, first.reason
+    assert (first.file.endswith("test_training.py"), first.line) == (
+        True,
+        _line("loss.backward()", "_megatron_step"),
+    ), first
+
+
+def _line(text: str, after: str = "") -> int:
+    """The line of this file holding `text` (the first one after the line holding `after`)."""
+    lines = open(__file__).read().splitlines()
+    start = next(i for i, line in enumerate(lines) if after in line) if after else 0
+    return next(i for i, line in enumerate(lines[start:], start + 1) if text in line)
+
+
+# ---- data parallel: gradients all-reduced by hand, the loss normalised by the global count
+
+
+def _ddp_check(grad_reduce: str):
+    """Each device's batch shard, its loss summed and divided by the global number of
+    elements (torchtitan's `global_valid_tokens`), its gradients all-reduced with
+    `grad_reduce`: "sum" is right, "avg" divides by the data-parallel size a second time."""
+    from torch.distributed import _functional_collectives as funcol
+
+    mesh = fake_mesh("dp=2")
+    group = mesh.get_group("dp")
+    torch.manual_seed(0)
+    baseline = MLP()
+    model = copy.deepcopy(baseline)
+    x = torch.randn(8, 16)
+
+    def baseline_step(x):
+        loss = baseline(x).square().mean()
+        loss.backward()
+        return loss, [p.grad for p in baseline.parameters()]
+
+    def ddp_step(x):
+        loss = model(x).square().sum() / x.new_tensor(float(8 * 16))
+        loss.backward()
+        for weight in model.parameters():
+            weight.grad = funcol.all_reduce(weight.grad, grad_reduce, group)
+        return funcol.all_reduce(loss.detach(), "sum", group), [p.grad for p in model.parameters()]
+
+    return check_equivalent(
+        baseline_step,
+        ddp_step,
+        mesh=mesh,
+        example_inputs=(x,),
+        parallel_inputs=(x[:4],),
+        relations={"inputs": {"x": "shard(0, dp)"}},
+    )
+
+
+def test_a_data_parallel_step_normalised_by_the_global_count_is_proved():
+    report = _ddp_check("sum")
+    assert report.verdict == "equivalent", [s.reason for s in report.suspects[:2]]
+
+
+def test_gradients_averaged_twice_are_caught():
+    report = _ddp_check("avg")
+    assert report.verdict == "not_equivalent"
+    first = report.suspects[0]
+    assert "wrong group size" in first.reason, first.reason
+    line = _line("funcol.all_reduce(weight.grad, grad_reduce, group)")
+    assert (first.file.endswith("test_training.py"), first.line) == (True, line), first

@@ -1,0 +1,124 @@
+"""Arithmetic on literals, done once: `1 / 128` is the fill 0.0078125.
+
+A training step's constants come out of autograd in whatever order its formulas run: the
+gradient of `x.sum() / n` divides the scalar seed by n and then broadcasts it, the gradient
+of `x.mean()` broadcasts the seed and then divides. Both are the same fill, and once both
+are folded to it they are the same term; the rules never see the arithmetic. Only exact
+arithmetic is folded (add, sub, mul, div, neg, max, min and casts of fills, and sums, maxima
+and minima over a fill), in the simulator's number representation, so a folded literal is
+the value both programs compute.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .ir import Graph, Node, replace_nodes
+from .ops import OPS
+from .simulate.kernels import NotSimulable, host
+
+FOLDED = frozenset({"add", "sub", "mul", "div", "neg", "max", "min", "convert"})
+
+
+def fold_literals(graph: Graph) -> None:
+    """Each node that is exact arithmetic on fills becomes the fill it makes (a scalar
+    constant, broadcast to the node's shape). Nodes that already have an equal form keep
+    theirs (a graph canonicalised again)."""
+    paired = {n for pair in graph.equalities for n in pair}
+
+    def rewrite(node: Node, next_id: int) -> list[Node]:
+        literal = None if node.id in paired else folded_literal(node, graph.nodes)
+        if literal is None:
+            return []
+        const = Node(
+            next_id,
+            "constant",
+            (),
+            (),
+            node.dtype,
+            {"value": literal},
+            node.loc,
+            f"{node.name}.folded",
+            node.framework_op,
+        )
+        if not node.shape:
+            return [const]
+        fill = Node(
+            next_id + 1,
+            "broadcast",
+            (const.id,),
+            node.shape,
+            node.dtype,
+            {"dims": ()},
+            node.loc,
+            node.name,
+            node.framework_op,
+        )
+        return [const, fill]
+
+    replace_nodes(graph, rewrite)
+
+
+def fill_value(node: Node, nodes: dict[int, Node]) -> str | None:
+    """The literal text of a scalar constant or of a broadcast of one (a fill)."""
+    if node.op == "broadcast" and node.operands and node.attrs.get("dims") == ():
+        node = nodes[node.operands[0]]
+    if node.op != "constant" or node.shape != ():
+        return None
+    return str(node.attrs.get("value", ""))
+
+
+def folded_literal(node: Node, nodes: dict[int, Node]) -> str | None:
+    """The literal `node` computes when it is exact arithmetic on fills; None otherwise."""
+    if not node.operands or node.dtype in ("bf16", "f16"):
+        return None
+    if node.op == "reduce":
+        return _reduced_fill(node, nodes)
+    if node.op not in FOLDED:
+        return None
+    texts = [fill_value(nodes[o], nodes) for o in node.operands]
+    if None in texts:
+        return None
+    if node.op == "div" and not node.dtype.startswith("f"):
+        return None  # integer division rounds; left to the rules
+    spec = OPS[node.op]
+    try:
+        args = [
+            host(float(t) if t not in ("true", "false") else t == "true", nodes[o].dtype)
+            for t, o in zip(texts, node.operands, strict=True)
+        ]
+        with np.errstate(all="ignore"):
+            value = np.asarray(spec.kernel(_scalar(node), args)).reshape(())
+    except (ValueError, TypeError, NotSimulable, ZeroDivisionError):
+        return None
+    if not np.isfinite(value) if value.dtype.kind == "f" else False:
+        return None
+    if node.dtype == "pred":
+        return "true" if bool(value) else "false"
+    if node.dtype.startswith("f"):
+        return repr(float(value))
+    return str(int(value))
+
+
+def _reduced_fill(node: Node, nodes: dict[int, Node]) -> str | None:
+    """A sum, max or min over a fill (a count of tokens taken over an all-true mask): the fill
+    times the number of elements reduced, or the fill itself."""
+    operand = nodes[node.operands[0]]
+    text = fill_value(operand, nodes)
+    if text is None or len(node.operands) != 1 or node.dtype != operand.dtype:
+        return None
+    op = node.attrs.get("op")
+    count = 1
+    for d in node.attrs.get("dims", ()):
+        count *= operand.shape[d]
+    if op in ("max", "min"):
+        return text
+    if op != "sum" or text in ("true", "false"):
+        return None
+    total = float(text) * count
+    return repr(total) if node.dtype.startswith("f") else str(int(total))
+
+
+def _scalar(node: Node) -> Node:
+    """`node` as an op on scalars (kernels read attributes such as a cast's dtype)."""
+    return Node(node.id, node.op, node.operands, (), node.dtype, dict(node.attrs))
