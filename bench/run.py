@@ -176,6 +176,14 @@ def main() -> int:
         ]
         + [
             (
+                "llama-3.1-8b train step (2 layers)",
+                "8b, tp=8, value_and_grad of the decoder stack (every weight's gradient)",
+                lambda: export_llama(tmp / "train2", "8b", 8, layers=2, parts="train_layers"),
+                "tp.hlo",
+            )
+        ]
+        + [
+            (
                 name,
                 f"{config}, ep=2 x tp=4, decoder layers",
                 lambda n=name, c=config: export_mixtral(tmp / n, c, 2, 4),
@@ -222,6 +230,10 @@ def main() -> int:
         "kv_chunks64_over_4": (
             lambda: export_flash(tmp / "chunks64", 64, 4096),
             lambda: export_flash(tmp / "chunks4", 4, 4096),
+        ),
+        "train_over_forward": (  # 2 layers: the joint graph does not partition yet
+            lambda: export_llama(tmp / "train_r", "8b", 8, layers=2, parts="train_layers"),
+            lambda: export_llama(tmp / "forward_r", "8b", 8, layers=2),
         ),
         "layers126_over_32": (
             lambda: export_llama(tmp / "layers126", "8b", 8, layers=126),

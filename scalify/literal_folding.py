@@ -97,7 +97,17 @@ def folded_literal(node: Node, nodes: dict[int, Node]) -> str | None:
         return "true" if bool(value) else "false"
     if node.dtype.startswith("f"):
         return repr(float(value))
-    return str(int(value))
+    return _int_text(int(value), node.dtype)
+
+
+def _int_text(value: int, dtype: str) -> str | None:
+    """The integer literal, or None when it does not fit the dtype (wrap-around is left to
+    the simulator, which models it)."""
+    kind = {"s": "int", "u": "uint"}.get(dtype[:1])
+    if kind is None or not dtype[1:].isdigit():
+        return None
+    info = np.iinfo(f"{kind}{dtype[1:]}")
+    return str(value) if info.min <= value <= info.max else None
 
 
 def _reduced_fill(node: Node, nodes: dict[int, Node]) -> str | None:
@@ -116,7 +126,7 @@ def _reduced_fill(node: Node, nodes: dict[int, Node]) -> str | None:
     if op != "sum" or text in ("true", "false"):
         return None
     total = float(text) * count
-    return repr(total) if node.dtype.startswith("f") else str(int(total))
+    return repr(total) if node.dtype.startswith("f") else _int_text(int(total), node.dtype)
 
 
 def _scalar(node: Node) -> Node:

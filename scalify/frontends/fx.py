@@ -727,6 +727,10 @@ class _Lowering:
         if target.target is operator.getitem and self.is_node(target.args[0]):
             maker = target.args[0]  # one result of an op with several (topk's values)
         schema = getattr(maker.target, "_schema", None)
+        if schema is not None and _writes_in_place(schema) and maker is target:
+            # the result of another in-place op (an optimizer's `mul_` then `copy_` on a
+            # fresh moment): fresh when that op read as a new value itself
+            return self.rewritable_in_place(target) and self.only_read_before(target, fx_node)
         if schema is None or any(r.alias_info is not None for r in schema.returns):
             return False  # a view (or a collective): it aliases other tensors
         return self.only_read_before(target, fx_node)
@@ -988,6 +992,11 @@ class _Lowering:
         out_shape = src[:dim] + (count,) + src[dim + 1 :]
         attrs = {"starts": tuple(starts), "limits": tuple(limits), "strides": tuple(strides)}
         return self.new("slice", (x,), out_shape, self.dtype(x), attrs, final), out_shape
+
+    def op_copy(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
+        """`dst.copy_(src)` where it reads as a new value (`rewritable_in_place`): `src`, cast
+        to dst's dtype and broadcast to its shape (an optimizer writing a moment back)."""
+        return self.broadcast_to(self.convert(self.tensor(fx_node.args[1]), dtype), shape)
 
     def op_slice_backward(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
         """The gradient of a slice: the slice's gradient padded with zeros back to the whole
@@ -1804,6 +1813,12 @@ def _flatten(value: Any) -> list[Any]:
             out.extend(_flatten(v))
         return out
     return [value]
+
+
+def _writes_in_place(schema: Any) -> bool:
+    """An ATen op that writes its first argument and returns it (`add_`, `copy_`)."""
+    info = schema.returns[0].alias_info if schema.returns else None
+    return bool(info is not None and info.is_write and schema.name.endswith("_"))
 
 
 def _is_view(node: Any) -> bool:

@@ -66,8 +66,10 @@ def test_a_parallelize_module_training_step_is_proved():
     assert layouts == [("replicate",) * 2, ("shard(0, tp)",) * 2, ("shard(1, tp)",) * 2]
 
 
-def test_an_sgd_step_leaves_each_weight_in_its_layout():
-    """One optimizer step: the weights `SGD.step()` updates in place are the outputs."""
+@pytest.mark.parametrize("optimizer_class", ["SGD", "AdamW"])
+def test_an_optimizer_step_leaves_each_weight_in_its_layout(optimizer_class):
+    """One optimizer step: the weights `step()` updates in place are the outputs (AdamW's
+    moments are made in the step and written back with `copy_`)."""
     from torch.distributed.tensor.parallel import (
         ColwiseParallel,
         RowwiseParallel,
@@ -82,7 +84,7 @@ def test_an_sgd_step_leaves_each_weight_in_its_layout():
 
     def sgd_step(m):
         weights = list(m.parameters())
-        optimizer = torch.optim.SGD(weights, lr=0.1)
+        optimizer = getattr(torch.optim, optimizer_class)(weights, lr=0.1)
 
         def step(x):
             loss = squared(m, x)
