@@ -1,6 +1,7 @@
 """Silent-bug corpus (tests/corpus): published distributed-LLM bugs, each a baseline, a fixed
 body and a one-line buggy body. Every fixed body verifies, every buggy body is caught, and the
-first suspect is the line tagged `# BUG: <id>`."""
+first suspect is the line tagged `# BUG: <id>` (`# GRADIENT: <id>` for a gradient left
+unreduced: the forward line autograd transposed)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,13 @@ BUGS = CORPUS / "bugs.py"
 
 
 def bug_line(bug_id: str) -> int:
+    """The line the first suspect must be on: the one tagged `# BUG: <id>`, or for a gradient
+    left unreduced, the line tagged `# GRADIENT: <id>`, whose forward op autograd transposed
+    into it (JAX puts a transposed op at its forward op's line; the bug line itself, a
+    `return` without its collective, runs no op)."""
+    for number, line in enumerate(BUGS.read_text().splitlines(), 1):
+        if f"# GRADIENT: {bug_id}" in line:
+            return number
     return example_bug_line(bug_id, BUGS)
 
 

@@ -306,56 +306,88 @@ def b08_body(x: Array, w: Array, b: Array, g: Array, *, bug: bool = False) -> tu
     return y, jnp.sum(g, axis=0)  # the bias gradient is not divided: b is replicated
 
 
+# B10-B13 take their gradients from `jax.grad`/`jax.vjp` of the forward they belong to, as
+# a training step does; inside `shard_map` (replication check off, as Megatron's autograd
+# functions run) the gradient of a replicated weight over this rank's tokens is a partial
+# sum, and the one line that differs is the collective it gets.
+
+
 # B10: dgamma of a norm over sequence-sharded tokens is never all-reduced.
 def rms_hat(x: Array) -> Array:
     return x * lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + EPS)
 
 
+def norm_weight_grad(x: Array, g: Array) -> Array:
+    """The gradient of a norm's weight (ones) given the output's gradient g, from autograd."""
+    gamma = jnp.ones(x.shape[-1], x.dtype)
+    _, pullback = jax.vjp(lambda w: rms_hat(x) * w, gamma)  # GRADIENT: B10
+    (dgamma,) = pullback(g)
+    return dgamma
+
+
 def b10_base(x: Array, g: Array) -> Array:
-    return jnp.sum(g * rms_hat(x), axis=0)
+    return norm_weight_grad(x, g)
 
 
 def b10_body(x: Array, g: Array, *, bug: bool = False) -> Array:
     # x, g: this device's tokens (sequence-sharded over the tp x sp axis)
+    dgamma = norm_weight_grad(x, g)  # this rank's tokens only: a partial sum
     if bug:
-        return jnp.sum(g * rms_hat(x), axis=0)  # BUG: B10
-    return lax.psum(jnp.sum(g * rms_hat(x), axis=0), "tp")
+        return dgamma  # BUG: B10
+    return lax.psum(dgamma, "tp")
 
 
 # B11: an SP-replicated RMSNorm weight: output sequence-sharded, weight gradient partial.
 def b11_base(x: Array, gamma: Array, g: Array) -> tuple[Array, Array]:
-    return rms_hat(x) * gamma, jnp.sum(g * rms_hat(x), axis=(0, 1))
+    y, pullback = jax.vjp(lambda w: rms_hat(x) * w, gamma)
+    return y, pullback(g)[0]
 
 
 def b11_body(x: Array, gamma: Array, g: Array, *, bug: bool = False) -> tuple[Array, Array]:
-    y = rms_hat(x) * gamma  # x: [seq/tp, batch, hidden], gamma replicated over tp
-    # the weight gradient sums over this rank's tokens only: a partial sum over tp
+    # x: [seq/tp, batch, hidden], gamma replicated over tp
+    y, pullback = jax.vjp(lambda w: rms_hat(x) * w, gamma)  # GRADIENT: B11
+    (dgamma,) = pullback(g)  # the weight gradient over this rank's tokens: partial over tp
     if bug:
-        return y, jnp.sum(g * rms_hat(x), axis=(0, 1))  # BUG: B11
-    return y, lax.psum(jnp.sum(g * rms_hat(x), axis=(0, 1)), "tp")
+        return y, dgamma  # BUG: B11
+    return y, lax.psum(dgamma, "tp")
 
 
 # B12: the hidden-state gradient of a vocab-parallel LM head is a partial sum, used unreduced.
+def lm_head_input_grad(dlogits: Array, w: Array) -> Array:
+    """The gradient of the LM head's input h (logits = h @ w.T) from the logits' gradient."""
+    h = jnp.zeros((dlogits.shape[0], w.shape[1]), dlogits.dtype)
+    _, pullback = jax.vjp(lambda h: h @ w.T, h)  # GRADIENT: B12
+    return pullback(dlogits)[0]
+
+
 def b12_base(dlogits: Array, w: Array) -> Array:
-    return dlogits @ w
+    return lm_head_input_grad(dlogits, w)
 
 
 def b12_body(dlogits: Array, w: Array, *, bug: bool = False) -> Array:
-    # dlogits: this rank's vocab columns; w: its vocab rows. The product is a partial sum
+    # dlogits: this rank's vocab columns; w: its vocab rows. The gradient is a partial sum
     # (placement P) that must be all-reduced, not labelled replicated (R).
+    dh = lm_head_input_grad(dlogits, w)
     if bug:
-        return dlogits @ w  # BUG: B12
-    return lax.psum(dlogits @ w, "tp")
+        return dh  # BUG: B12
+    return lax.psum(dh, "tp")
 
 
 # B13: backward of an all-gather of tokens across expert ranks: a slice instead of a
 # reduce-scatter (each rank's gradient holds only its own experts' contributions).
+def expert_input_grad(dy: Array, w: Array) -> Array:
+    """The gradient of the tokens x every expert reads (y = einsum(x, w) per expert)."""
+    x = jnp.zeros((dy.shape[1], w.shape[1]), dy.dtype)
+    _, pullback = jax.vjp(lambda x: jnp.einsum("tg,egh->eth", x, w), x)
+    return pullback(dy)[0]
+
+
 def b13_base(dy: Array, w: Array) -> Array:
-    return jnp.einsum("eth,egh->tg", dy, w)
+    return expert_input_grad(dy, w)
 
 
 def b13_body(dy: Array, w: Array, *, bug: bool = False) -> Array:
-    dx = jnp.einsum("eth,egh->tg", dy, w)  # partial: this rank's experts
+    dx = expert_input_grad(dy, w)  # partial: this rank's experts
     n = dx.shape[0] // TP
     if bug:
         return lax.dynamic_slice_in_dim(dx, rank() * n, n, 0)  # BUG: B13
