@@ -22,19 +22,36 @@ table's size itself.)
 from __future__ import annotations
 
 from .index_forms import Block, IndexReader
-from .ir import Graph, NewNodes, Node, replace_nodes
+from .ir import ROW_MAJOR_VIEWS, Graph, NewNodes, Node, replace_nodes
 
 
-def fold_block_lookups(graph: Graph) -> None:
-    """Rewrite every masked lookup into a device's block into the canonical form."""
+def fold_block_lookups(graph: Graph, ranges: dict[int, tuple[float, float]]) -> None:
+    """Rewrite every masked lookup into a device's block into the canonical form, when the
+    index is known to lie in the blocks (`ranges`: the integer ranges int_ranges.py found,
+    an assumed input range among them). Outside them the masked lookup gives 0 where the
+    whole table's lookup clamps, so the two are equal only for indices in range."""
     _block_indicators_as_selects(graph)
     reader = IndexReader(graph)
 
     def rewrite(node: Node, next_id: int) -> list[Node]:
         found = _masked_lookup(reader, node) if node.op == "select" else None
-        return [] if found is None else _rewrite(node, *found, graph, next_id)
+        if found is None or not _in_the_blocks(found[0], found[1], graph, ranges):
+            return []
+        return _rewrite(node, *found, graph, next_id)
 
     replace_nodes(graph, rewrite)
+
+
+def _in_the_blocks(
+    block: Block, lookup: Node, graph: Graph, ranges: dict[int, tuple[float, float]]
+) -> bool:
+    """Whether the index lies in [0, size * devices): its range and the coordinate's
+    range are known, and the blocks of every coordinate cover the index's range."""
+    lo, hi = ranges.get(block.index, (None, None))
+    _, last = ranges.get(block.coord, (None, None))
+    if lo is None or hi is None or last is None:
+        return False
+    return lo >= 0 and hi <= block.size * (last + 1) - 1
 
 
 def _block_indicators_as_selects(graph: Graph) -> None:
@@ -69,7 +86,7 @@ def _block_indicators_as_selects(graph: Graph) -> None:
     replace_nodes(graph, rewrite)
 
 
-_VIEWS = ("reshape", "broadcast", "transpose")
+_VIEWS = (*ROW_MAJOR_VIEWS, "broadcast", "transpose")
 
 
 def _indicator(nodes: dict[int, Node], node_id: int) -> tuple[list[Node], int] | None:
@@ -103,7 +120,7 @@ def _masked_lookup(reader: IndexReader, select: Node) -> tuple[Block, Node] | No
     table = reader.nodes[lookup.operands[0]]
     if table.shape[int(lookup.attrs["dim"])] != block.size:
         return None
-    index_path = reader.down(lookup.operands[1], ("reshape",))
+    index_path = reader.down(lookup.operands[1], tuple(ROW_MAJOR_VIEWS))
     core = reader.nodes[index_path[-1]]
     atom = reader.nodes[block.index]
     if core.shape != atom.shape or not reader.equals_offset(core.id, block):
@@ -132,7 +149,7 @@ def _value_path(reader: IndexReader, node_id: int, block: Block) -> list[int]:
     path = [node_id]
     while True:
         node = reader.nodes[path[-1]]
-        if node.op == "reshape":
+        if node.op in ROW_MAJOR_VIEWS:
             path.append(node.operands[0])
             continue
         if node.op == "select":
@@ -201,7 +218,7 @@ def _rewrite(select: Node, block: Block, lookup: Node, graph: Graph, next_id: in
 def _reshaped_from(nodes: dict[int, Node], node_id: int) -> list[int]:
     """The node and what it is a reshape of, down the chain (same values, same order)."""
     chain = [node_id]
-    while nodes[chain[-1]].op == "reshape":
+    while nodes[chain[-1]].op in ROW_MAJOR_VIEWS:
         chain.append(nodes[chain[-1]].operands[0])
     return chain
 

@@ -177,7 +177,7 @@ def canonicalize(graph: Graph) -> Graph:
     _fold(graph)
     fold_static_indices(graph)
     ranges = fold_int_ranges(graph)
-    fold_block_lookups(graph)
+    fold_block_lookups(graph, ranges)
     fold_one_hots(graph, ranges)
     fold_literals(graph)
     join_padded_pieces(graph)

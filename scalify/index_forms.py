@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .int_ranges import as_int, decide_compare, is_int_dtype
-from .ir import Graph, Node
+from .ir import ROW_MAJOR_VIEWS, Graph, Node
 
 Affine = tuple[dict[int, int], int]  # coefficient per atom node, constant
 
@@ -68,7 +68,7 @@ class IndexReader:
         only appends dims (the index's dims lead, as in a lookup's result), a reduction of
         predicates over dims of size 1. A transpose, or a broadcast or reduction that moves
         or mixes positions, would test other elements' indices."""
-        if node.op == "reshape":
+        if node.op in ROW_MAJOR_VIEWS:
             return True
         operand = self.nodes[node.operands[0]] if node.operands else None
         if node.op == "broadcast" and operand is not None:
@@ -100,8 +100,10 @@ class IndexReader:
         path = [node_id]
         while True:
             node = self.nodes[path[-1]]
-            if node.op in ("reshape", "broadcast", "transpose") or (
-                node.op == "reduce" and self._keeps_positions(node)
+            if (
+                node.op in ROW_MAJOR_VIEWS
+                or node.op in ("broadcast", "transpose")
+                or (node.op == "reduce" and self._keeps_positions(node))
             ):
                 path.append(node.operands[0])
                 continue
@@ -189,7 +191,9 @@ class IndexReader:
             value = as_int(node.attrs.get("value"))
             return None if value is None else ({}, value)
         ops = [self.affine(o) for o in node.operands]
-        if node.op in ("broadcast", "reshape") and _one_element(self.nodes[node.operands[0]]):
+        if (node.op == "broadcast" or node.op in ROW_MAJOR_VIEWS) and _one_element(
+            self.nodes[node.operands[0]]
+        ):
             return ops[0]  # every element is the operand's one value
         if node.op == "convert" and is_int_dtype(self.nodes[node.operands[0]].dtype):
             return ops[0]
@@ -216,7 +220,7 @@ class IndexReader:
         ops = node.operands
         if node.op == "convert" and is_int_dtype(self.nodes[ops[0]].dtype):
             return self.equals_offset(ops[0], block)
-        if node.op == "reshape":  # a unit dim more or less: same values, same positions
+        if node.op in ROW_MAJOR_VIEWS:  # a unit dim more or less: same values, same positions
             return self.equals_offset(ops[0], block)
         if node.op == "clamp":
             low, high = (self._constant(o) for o in (ops[0], ops[2]))

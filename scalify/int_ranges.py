@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 
-from .ir import Graph, Node
+from .ir import ROW_MAJOR_VIEWS, Graph, Node
 
 Range = tuple[float, float]  # lo, hi; +-inf when unbounded
 
@@ -83,13 +83,20 @@ def lookup_index_inputs(graph: Graph) -> dict[int, tuple[int, int]]:
 
 
 def _unwrapped(graph: Graph, node_id: int) -> int:
-    """The index under reshapes, casts and JAX's `i < 0 ? i + n : i`."""
+    """The index under reshapes, casts, JAX's `i < 0 ? i + n : i`, and a guard that puts a
+    constant in some places (`where(labels != ignore_index, labels, 0)`: the other places
+    are looked up at the given index)."""
     while True:
         node = graph.nodes[node_id]
-        if node.op in ("reshape", "convert") and is_int_dtype(graph.nodes[node.operands[0]].dtype):
-            node_id = node.operands[0]
-            continue
+        if node.op in ROW_MAJOR_VIEWS or node.op == "convert":
+            if is_int_dtype(graph.nodes[node.operands[0]].dtype):
+                node_id = node.operands[0]
+                continue
         if node.op == "select":
+            guarded = _constant_guarded(graph, node)
+            if guarded is not None:
+                node_id = guarded
+                continue
             test, wrapped, plain = (graph.nodes[o] for o in node.operands)
             if (
                 test.op == "compare"
@@ -101,6 +108,19 @@ def _unwrapped(graph: Graph, node_id: int) -> int:
                 node_id = plain.id
                 continue
         return node_id
+
+
+def _constant_guarded(graph: Graph, node: Node) -> int | None:
+    """x for `select(test, x, c)` or `select(test, c, x)`, c an integer literal fill."""
+    _, a, b = node.operands
+    for value, other in ((a, b), (b, a)):
+        fill = graph.nodes[other]
+        if fill.op == "broadcast" and not fill.attrs.get("dims"):
+            fill = graph.nodes[fill.operands[0]]
+        if fill.op == "constant" and not fill.shape and is_int_dtype(fill.dtype):
+            if graph.nodes[value].op != "constant":
+                return value
+    return None
 
 
 def _folded(

@@ -13,6 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+# Reshapes that keep row-major order: a frontend's `reshape`, and the `merge` and `split`
+# steps canonicalisation turns it into (a graph may be canonicalised twice).
+ROW_MAJOR_VIEWS = frozenset({"reshape", "merge", "split"})
+
 
 @dataclass(frozen=True)
 class SourceLoc:

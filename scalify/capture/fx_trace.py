@@ -192,6 +192,8 @@ def _stack_traces_from_the_program() -> Iterator[None]:
     `backward`. Stacks through a `forward` are kept as FX keeps them."""
     from torch.fx.proxy import TracerBase
 
+    from scalify.frames import is_machinery
+
     original = TracerBase._filter_traceback_frames
 
     def kept(self, summary):
@@ -202,9 +204,10 @@ def _stack_traces_from_the_program() -> Iterator[None]:
             (i for i, f in enumerate(frames) if f.name == "leaves" and f.filename == __file__),
             None,
         )
-        if start is None:
-            return original(self, summary)
-        return traceback.StackSummary.from_list(frames[start + 1 :])
+        program = frames[start + 1 :] if start is not None else []
+        if not any(not is_machinery(f.filename) for f in program):
+            return original(self, summary)  # only torch's own frames: no line to give
+        return traceback.StackSummary.from_list(program)
 
     TracerBase._filter_traceback_frames = kept
     try:

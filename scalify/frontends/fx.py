@@ -1092,6 +1092,60 @@ class _Lowering:
         b = self.operand(fx_node.args[2], dtype, shape)
         return self.new("select", (cond, a, b), shape, dtype, final=True)
 
+    def row_entries_put(
+        self, x: int, indices: Any, values: Any, shape: tuple[int, ...], dtype: str
+    ) -> int:
+        """`x[arange(n), j] = v` on a 2-D x: one entry per row, at column j[row] (a
+        hand-written cross-entropy backward puts -1 at each row's label so). It is
+        `select(one_hot(j), v, x)`, the one-hot spelled as `j == iota` (one_hot.py folds
+        it); any other pair of indices stays opaque."""
+        rows, columns = (self.tensor(i) if self.is_node(i) else None for i in indices)
+        if rows is None or columns is None or len(shape) != 2:
+            raise _Unsupported("index_put with two indices other than (arange, column)")
+        row_node = self.nodes[rows]
+        if row_node.op != "iota" or self.shape(rows) != shape[:1]:
+            raise _Unsupported("index_put whose row index is not arange over every row")
+        if self.shape(columns) != shape[:1] or self.dtype(columns) == "pred":
+            raise _Unsupported("index_put with a column index not one per row")
+        value = self.value(values)
+        if self.is_node(values) and self.shape(value) not in ((), shape[:1]):
+            raise _Unsupported("index_put with values not one per row")
+        hot = self.one_hot_of(columns, 1, shape)
+        if self.is_node(values) and self.shape(value) == shape[:1]:
+            fill = self.new(
+                "broadcast", (self.convert(value, dtype),), shape, dtype, {"dims": (0,)}
+            )
+        else:
+            fill = self.operand(values, dtype, shape)
+        return self.new("select", (hot, fill, x), shape, dtype, final=True)
+
+    def one_hot_of(self, index: int, dim: int, shape: tuple[int, ...]) -> int:
+        """`index == iota` along the new dim `dim` of `shape`, as `jax.nn.one_hot` lowers."""
+        kept = tuple(d for d in range(len(shape)) if d != dim)
+        dtype = self.dtype(index)
+        spread = self.new("broadcast", (index,), shape, dtype, {"dims": kept})
+        count = self.new("iota", (), shape, dtype, {"dim": dim})
+        return self.new("compare", (spread, count), shape, "pred", {"direction": "EQ"})
+
+    def op_scatter(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
+        """`x.scatter(dim, index, value)` with one index per row along `dim` (what autograd's
+        `nll_loss_backward` writes: the value at each row's target): `select(one_hot(index),
+        value, x)`. Other scatters stay opaque."""
+        args = fx_node.args
+        x, dim, index = self.tensor(args[0]), int(args[1]) % len(shape), self.tensor(args[2])
+        index_shape = self.shape(index)
+        if len(index_shape) != len(shape) or index_shape[dim] != 1:
+            raise _Unsupported("scatter of more than one entry per row")
+        if any(index_shape[d] != shape[d] for d in range(len(shape)) if d != dim):
+            raise _Unsupported("scatter over part of the rows")
+        if self.is_node(args[3]) and self.shape(self.tensor(args[3])) != ():
+            raise _Unsupported("scatter of a tensor of values")
+        squeezed = tuple(n for d, n in enumerate(index_shape) if d != dim)
+        flat = self.new("reshape", (index,), squeezed, self.dtype(index))
+        hot = self.one_hot_of(flat, dim, shape)
+        fill = self.operand(args[3], dtype, shape)
+        return self.new("select", (hot, fill, x), shape, dtype, final=True)
+
     def op_index_put(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
         """`x[mask] = v` (`accumulate`: `x[mask] += v`) with one boolean mask over x's
         leading dims and a value that broadcasts to x: a `select` (DTensor's vocab-parallel
@@ -1100,6 +1154,8 @@ class _Lowering:
         args, kwargs = fx_node.args, fx_node.kwargs
         x, indices = self.tensor(args[0]), args[1]
         accumulate = args[3] if len(args) > 3 else kwargs.get("accumulate", False)
+        if isinstance(indices, (list, tuple)) and len(indices) == 2 and not accumulate:
+            return self.row_entries_put(x, indices, args[2], shape, dtype)
         if not isinstance(indices, (list, tuple)) or len(indices) != 1:
             raise _Unsupported("index_put with more than one index")
         mask = self.tensor(indices[0])

@@ -1,0 +1,32 @@
+"""A masked lookup into a device's block of a table equals the whole table's lookup only for
+indices inside the table: proved for an input index (assumed in range, and the report says
+so), never for a computed index nothing bounds."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO, verify_json
+
+pytest.importorskip("jax")
+
+
+@pytest.fixture(scope="module")
+def programs(tmp_path_factory):
+    out = tmp_path_factory.mktemp("lookup_ranges")
+    script = REPO / "tests" / "lookup_ranges" / "export.py"
+    subprocess.run([sys.executable, str(script), str(out)], check=True, capture_output=True)
+    return out
+
+
+def test_an_input_index_is_assumed_in_range_and_proved(programs):
+    code, report = verify_json(programs / "input/baseline.hlo", programs / "input/tp.hlo")
+    assert (code, report["verdict"]) == (0, "equivalent"), report["suspects"][:1]
+    assert any("assumed: input `a`" in note for note in report["notes"]), report["notes"]
+
+
+def test_a_computed_index_nothing_bounds_is_not_proved(programs):
+    code, report = verify_json(programs / "computed/baseline.hlo", programs / "computed/tp.hlo")
+    assert report["verdict"] != "equivalent"
