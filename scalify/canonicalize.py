@@ -248,22 +248,21 @@ def _without_unit_dims(node: Node, operand: Node, node_id: int) -> Node | None:
     KV head per device reduces its unit head dim with the repeats): the same reduce over
     the other dims alone, keeping the unit dims for a reshape to drop. Reducing one element
     is no reduction, and a unit dim sharded down to one entry per device is no dim to
-    reduce across. None when no reduced dim is a unit dim, or every one is (a reshape)."""
+    reduce across. None when no reduced dim is a unit dim, or every one is."""
     dims = tuple(node.attrs.get("dims", ()))
     unit = [d for d in dims if operand.shape[d] == 1]
-    if not unit or len(node.operands) != 1:
-        return None
     kept = tuple(d for d in dims if d not in unit)
+    if not unit or not kept or len(node.operands) != 1:
+        return None  # a reduce over unit dims alone stays one (a mask's `all` over them)
     shape = tuple(n for d, n in enumerate(operand.shape) if d not in kept)
     attrs = {**node.attrs, "dims": kept}
-    op = "reduce" if kept else "reshape"
     return Node(
         node_id,
-        op,
+        "reduce",
         node.operands,
         shape,
         node.dtype,
-        attrs if kept else {},
+        attrs,
         node.loc,
         f"{node.name}.reduced",
         node.framework_op,

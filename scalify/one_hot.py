@@ -13,6 +13,7 @@ from __future__ import annotations
 from .index_forms import IndexReader
 from .int_ranges import is_int_dtype
 from .ir import Graph, NewNodes, Node, replace_nodes
+from .one_hot_sums import fold_one_hot_sums
 
 
 def fold_one_hots(graph: Graph, ranges: dict[int, tuple[float, float]]) -> None:
@@ -31,6 +32,12 @@ def fold_one_hots(graph: Graph, ranges: dict[int, tuple[float, float]]) -> None:
         return _one_hot_nodes(node, *found, reader, ranges, graph, next_id)
 
     replace_nodes(graph, rewrite)
+
+    def one_hot_nodes(like: Node, index: int, dim: int, size: int, next_id: int) -> list[Node]:
+        fresh = IndexReader(graph)  # the graph as the rewrite above left it
+        return _one_hot_nodes(like, index, dim, size, fresh, ranges, graph, next_id)
+
+    fold_one_hot_sums(graph, ranges, one_hot_nodes)
 
 
 def _one_hot_parts(node: Node, graph: Graph) -> tuple[int, int, int] | None:

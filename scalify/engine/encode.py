@@ -123,6 +123,19 @@ def _anchored(graph: Graph, free: set[int]) -> set[int]:
     return anchored
 
 
+def literal_key(value, dtype: str) -> str:
+    """One spelling per scalar literal (`-1`, `-1.0` and `-1.00` are one fill): frontends
+    and folded arithmetic print numbers differently."""
+    text = str(value)
+    try:
+        number = float(text)
+    except ValueError:
+        return text  # true, false, an elided or tuple literal: as written
+    if dtype.startswith(("f", "bf")):
+        return repr(number)
+    return str(int(number)) if number.is_integer() else text
+
+
 class GraphEncoder:
     """Encodes one graph (one side) and collects the signatures it used."""
 
@@ -145,7 +158,8 @@ class GraphEncoder:
             return f"(Input {egg_string(label)} {egg_string(node.dtype)})"
         if node.op == "constant" and node.shape == ():
             # A rank-0 literal is the scalar fill itself; its consumers' keys fix its rank.
-            return f"(Splat {egg_string(str(node.attrs.get('value')))} {egg_string(node.dtype)})"
+            literal = literal_key(node.attrs.get("value"), node.dtype)
+            return f"(Splat {egg_string(literal)} {egg_string(node.dtype)})"
         if node.op in ("constant", "iota"):
             shape = ",".join(map(str, node.shape))
             value = (
@@ -156,8 +170,10 @@ class GraphEncoder:
             return f"(Const {egg_string(str(value))} {egg_string(node.dtype)} {egg_string(shape)})"
         shape_free = node.id in self.shape_free
         if shape_free and is_scalar_fill(node, self.graph.node):
-            literal = self.graph.node(node.operands[0]).attrs.get("value", "?")
-            return f"(Splat {egg_string(str(literal))} {egg_string(node.dtype)})"
+            literal = literal_key(
+                self.graph.node(node.operands[0]).attrs.get("value", "?"), node.dtype
+            )
+            return f"(Splat {egg_string(literal)} {egg_string(node.dtype)})"
         arity = len(node.operands)
         if node.op == "rank_index":  # the same function of the device everywhere: not Base
             signature = node_signature(node, self.graph, self.mesh)
@@ -245,7 +261,7 @@ def vocabulary_facts(mesh: Mesh, graphs: list[Graph]) -> list[str]:
         facts.append(f"(set (AxisStride {egg_string(axis)}) {stride})")
         stride *= size
     literals = {
-        str(n.attrs.get("value"))
+        literal_key(n.attrs.get("value"), n.dtype)
         for g in graphs
         for n in g.nodes.values()
         if n.op == "constant" and n.shape == ()

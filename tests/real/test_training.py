@@ -315,3 +315,43 @@ def test_gradients_averaged_twice_are_caught():
     assert "wrong group size" in first.reason, first.reason
     line = _line("funcol.all_reduce(weight.grad, grad_reduce, group)")
     assert (first.file.endswith("test_training.py"), first.line) == (True, line), first
+
+
+# ---- a vocab-parallel cross-entropy with its own backward
+
+
+def test_torchtitans_vocab_parallel_cross_entropy_and_its_backward_are_proved():
+    """torchtitan's `_LossParallelCrossEntropy` (three all-reduces forward, a hand-written
+    backward putting -1 at each row's target in its vocab block) against autograd's
+    `F.cross_entropy` on the whole vocabulary: the loss and the logits' gradient."""
+    require("torchtitan", "spmd_types")
+    from torchtitan.components.loss import _LossParallelCrossEntropy
+
+    vocab, tp = 256, 2
+    mesh = fake_mesh(f"tp={tp}")
+    torch.manual_seed(0)
+    logits = torch.randn(16, vocab)
+    baseline = _Logits(logits)
+    model = _Logits(logits[:, : vocab // tp])
+
+    def baseline_step(labels):
+        loss = torch.nn.functional.cross_entropy(baseline.z, labels, reduction="sum")
+        loss.backward()
+        return loss, baseline.z.grad
+
+    def parallel_step(labels):
+        loss = _LossParallelCrossEntropy.apply(model.z, labels, mesh.get_group("tp"), vocab)
+        loss.backward()
+        return loss, model.z.grad
+
+    labels = torch.randint(0, vocab, (16,), generator=torch.Generator().manual_seed(2))
+    report = check_equivalent(baseline_step, parallel_step, mesh=mesh, example_inputs=(labels,))
+    assert report.verdict == "equivalent", [s.reason for s in report.suspects[:2]]
+    assert [o.proven for o in report.outputs] == ["replicate", "shard(1, tp)"]
+    assert any("assumed: input `labels`" in n for n in report.notes), report.notes
+
+
+class _Logits(torch.nn.Module):
+    def __init__(self, z: torch.Tensor) -> None:
+        super().__init__()
+        self.z = torch.nn.Parameter(z.clone())
