@@ -217,13 +217,17 @@ def _stack_traces_from_the_program() -> Iterator[None]:
 
 
 def _fused_attention_backward(gm: torch.fx.GraphModule) -> bool:
-    """Whether the trace holds a fused attention kernel's backward (a training step through
-    `scaled_dot_product_attention`): no decomposition gives its math, so the program is
-    traced again with SDPA's math backend, whose backward is autograd's over plain ops."""
+    """Whether the trace holds a fused attention kernel's backward that the frontend does not
+    read itself (it reads the CPU flash kernel's): no decomposition gives its math, so the
+    program is traced again with SDPA's math backend, whose backward is autograd's over
+    plain ops."""
+    from scalify.frontends.fx import lowers_natively
+
     return any(
         node.op == "call_function"
         and "scaled_dot_product" in str(node.target)
         and "backward" in str(node.target)
+        and not lowers_natively(getattr(node.target, "_opname", ""))
         for node in gm.graph.nodes
     )
 

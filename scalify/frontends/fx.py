@@ -155,7 +155,15 @@ _ATTENTION = frozenset(
     }
 )
 _MULTI_OUTPUT = frozenset(
-    {"split", "split_with_sizes", "chunk", "unbind", "native_layer_norm", "topk"}
+    {
+        "split",
+        "split_with_sizes",
+        "chunk",
+        "unbind",
+        "native_layer_norm",
+        "topk",
+        "_scaled_dot_product_flash_attention_for_cpu_backward",
+    }
 )
 _CONVERTS = frozenset({"_to_copy", "to", "type_as", "_to_dtype", "to_dtype"})
 _COLLECTIVE_NAMESPACES = frozenset(
@@ -1404,6 +1412,21 @@ class _Lowering:
             k, v = self.repeat_heads(k, qs[-3]), self.repeat_heads(v, qs[-3])
         batch = tuple(range(lead + 1))
         rank = len(qs)
+        scores, _ = self.attention_scores(q, k, given, dtype)
+        probs, lse = self.softmax_with_lse(scores, dtype)
+        out_shape = (*qs[:-1], vs[-1])
+        out = self.dot(probs, v, (rank - 1,), (rank - 2,), out_shape, dtype, batch, batch)
+        self.nodes[out].name = fx_node.name
+        if not isinstance(metas, (list, tuple)):
+            return out
+        rest = [None] * (len(metas) - 2)
+        return (out, lse, *rest)
+
+    def attention_scores(self, q: int, k: int, given: dict, dtype: str) -> tuple[int, float]:
+        """(q @ k^T * scale, masked as `given` says; the scale), k's heads already q's."""
+        qs, ks = self.shape(q), self.shape(k)
+        rank = len(qs)
+        batch = tuple(range(rank - 2))
         scores_shape = (*qs[:-1], ks[-2])
         scores = self.dot(q, k, (rank - 1,), (rank - 1,), scores_shape, dtype, batch, batch, False)
         scale = given.get("scale")
@@ -1421,14 +1444,62 @@ class _Lowering:
             else:
                 bias = self.broadcast_to(self.convert(mask_id, dtype), scores_shape)
                 scores = self.new("add", (scores, bias), scores_shape, dtype)
-        probs, lse = self.softmax_with_lse(scores, dtype)
-        out_shape = (*qs[:-1], vs[-1])
-        out = self.dot(probs, v, (rank - 1,), (rank - 2,), out_shape, dtype, batch, batch)
-        self.nodes[out].name = fx_node.name
-        if not isinstance(metas, (list, tuple)):
-            return out
-        rest = [None] * (len(metas) - 2)
-        return (out, lse, *rest)
+        return scores, scale
+
+    def op__scaled_dot_product_flash_attention_for_cpu_backward(
+        self, fx_node: Any, shape: Any, dtype: Any
+    ) -> tuple[int, int, int]:
+        """The fused kernel's backward as its math, from the recomputed probabilities P:
+        dV = P^T dO, dS = P * (dO V^T - rowsum(dO * O)), dQ = dS K * scale,
+        dK = dS^T Q * scale (query and key heads equal, no dropout)."""
+        names = ("grad_out", "query", "key", "value", "out", "logsumexp", "dropout_p", "is_causal")
+        given = {**dict(zip(names, fx_node.args, strict=False)), **fx_node.kwargs}
+        if given.get("dropout_p", 0.0) not in (0, 0.0):
+            raise _Unsupported("attention backward with dropout")
+        metas = self.out_meta(fx_node)
+        dtype = _dtype_of(metas[0].dtype)
+        g, q, k, v, o = (
+            self.convert(self.tensor(given[n]), dtype)
+            for n in ("grad_out", "query", "key", "value", "out")
+        )
+        qs, ks = self.shape(q), self.shape(k)
+        if len(qs) != len(ks) or len(qs) < 3 or qs[:-3] != ks[:-3]:
+            raise _Unsupported("attention backward over other batch shapes")
+        kv_shape = ks
+        if ks[-3] != qs[-3]:  # GQA: each key/value head serves a group of query heads
+            k, v = self.repeat_heads(k, qs[-3]), self.repeat_heads(v, qs[-3])
+            ks = self.shape(k)
+        rank = len(qs)
+        batch = tuple(range(rank - 2))
+        scores, scale = self.attention_scores(q, k, given, dtype)
+        probs, _ = self.softmax_with_lse(scores, dtype)
+        p_shape = self.shape(probs)
+        last, rows = (rank - 1,), (rank - 2,)
+        dv = self.dot(probs, g, rows, rows, self.shape(v), dtype, batch, batch)
+        dp = self.dot(g, v, last, last, p_shape, dtype, batch, batch, False)
+        weighted = self.new("mul", (g, o), self.shape(g), dtype)
+        total = self.new("reduce", (weighted,), p_shape[:-1], dtype, {"dims": last, "op": "sum"})
+        spread = self.new("broadcast", (total,), p_shape, dtype, {"dims": tuple(range(rank - 1))})
+        ds = self.new("mul", (probs, self.new("sub", (dp, spread), p_shape, dtype)), p_shape, dtype)
+        dq = self.dot(ds, k, last, rows, qs, dtype, batch, batch, False)
+        dk = self.dot(ds, q, rows, rows, ks, dtype, batch, batch, False)
+        dq, dk = (
+            self.new("mul", (x, self.fill(scale, self.shape(x), dtype)), self.shape(x), dtype)
+            for x in (dq, dk)
+        )
+        if kv_shape != ks:  # the gradients of a shared head summed over its group
+            dk, dv = (self.group_sum(x, kv_shape) for x in (dk, dv))
+        return dq, dk, dv
+
+    def group_sum(self, x: int, kv_shape: tuple[int, ...]) -> int:
+        """x [..., heads, s, d] summed over each group of heads that shares a key/value head."""
+        shape, dtype = self.shape(x), self.dtype(x)
+        kv = kv_shape[-3]
+        grouped = (*shape[:-3], kv, shape[-3] // kv, *shape[-2:])
+        split = self.new("reshape", (x,), grouped, dtype)
+        group_dim = len(shape) - 2
+        attrs = {"dims": (group_dim,), "op": "sum"}
+        return self.new("reduce", (split,), kv_shape, dtype, attrs)
 
     def repeat_heads(self, x: int, heads: int) -> int:
         """Each of x's heads (dim -3) repeated for `heads / its heads` query heads in a row."""
