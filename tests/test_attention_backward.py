@@ -33,7 +33,10 @@ def test_attention_gradients_match_the_kernel(kv_heads, causal):
     assert kernels == ["aten._scaled_dot_product_flash_attention_for_cpu_backward.default"]
     graph = canonicalize(graph_from_fx(gm, "attention-backward"))
     assert not graph.opaque_nodes()
-    inputs = {i: x.detach().double().numpy() for i, x in zip(graph.inputs, (q, k, v, grad_out))}
+    inputs = {
+        i: x.detach().double().numpy()
+        for i, x in zip(graph.inputs, (q, k, v, grad_out), strict=True)
+    }
     values = run_baseline(graph, inputs)
     for output, want in zip(graph.outputs, expected, strict=True):
         np.testing.assert_allclose(values[output], want.double().numpy(), atol=1e-5)
