@@ -40,3 +40,27 @@ def test_attention_gradients_match_the_kernel(kv_heads, causal):
     values = run_baseline(graph, inputs)
     for output, want in zip(graph.outputs, expected, strict=True):
         np.testing.assert_allclose(values[output], want.double().numpy(), atol=1e-5)
+
+
+def test_the_gradient_through_complex_rope_matches_autograd():
+    """torchtitan's and Llama's complex RoPE: its backward multiplies by the conjugate."""
+
+    def gradient(x, freqs, grad_out):
+        x = x * 1.0
+        z = torch.view_as_complex(x.reshape(*x.shape[:-1], -1, 2))
+        out = torch.view_as_real(z * freqs).flatten(-2)
+        (dx,) = torch.autograd.grad((out * grad_out).sum(), [x])
+        return dx
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 8, 4, 16, requires_grad=True)
+    freqs = torch.polar(torch.ones(8, 1, 8), torch.randn(8, 1, 8))
+    grad_out = torch.randn(2, 8, 4, 16)
+    expected = gradient(x, freqs, grad_out)
+    graph = canonicalize(graph_from_fx(trace(gradient, (x, freqs, grad_out)), "rope-backward"))
+    assert not graph.opaque_nodes()
+    given = {"x": x, "freqs": torch.view_as_real(freqs), "grad_out": grad_out}
+    inputs = {i: given[graph.input_name(i)].detach().double().numpy() for i in graph.inputs}
+    (output,) = graph.outputs
+    got = run_baseline(graph, inputs)[output]
+    np.testing.assert_allclose(got, expected.double().numpy(), atol=1e-5)

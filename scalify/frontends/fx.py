@@ -676,6 +676,8 @@ class _Lowering:
             value = self.new(name, (a, b), shape, part)
         elif name == "mul":
             value = self.complex_product(args[0], args[1], shape, part)
+        elif name in ("_conj", "conj", "conj_physical", "resolve_conj"):
+            value = self.conjugate(args[0], shape, part, negate=name != "resolve_conj")
         else:
             raise _Unsupported(f"{name} of a complex tensor")
         if value not in self.complex:
@@ -683,6 +685,17 @@ class _Lowering:
         self.complex.add(value)
         self.nodes[value].name = fx_node.name
         return value
+
+    def conjugate(self, arg: Any, shape: tuple[int, ...], part: str, negate: bool) -> int:
+        """(re, -im): the conjugate's parts (`resolve_conj` only materialises: the same)."""
+        z = self.convert(self.tensor(arg), part)
+        if not negate:
+            return z
+        last = len(shape) - 1
+        real = self.slice_node(z, last, 0, 1, 1, final=False)[0]
+        imag = self.slice_node(z, last, 1, 2, 1, final=False)[0]
+        flipped = self.new("neg", (imag,), self.shape(imag), part)
+        return self.concatenate([real, flipped], last, shape, part)
 
     def complex_operand(self, arg: Any, shape: tuple[int, ...], part: str) -> int:
         """A complex operand's parts broadcast to `shape` (its last dim the parts)."""
@@ -695,6 +708,8 @@ class _Lowering:
         scales both parts."""
         if not (self.is_complex(a) and self.is_complex(b)):
             real, z = (a, b) if self.is_complex(b) else (b, a)
+            if _is_complex_valued(real):  # complex, but not read as parts (an opaque op)
+                raise _Unsupported("a product with a complex value that has no semantics")
             factor = self.operand(real, part, shape[:-1])
             factor = self.new("reshape", (factor,), (*shape[:-1], 1), part)
             spread = self.broadcast_to(factor, shape)
@@ -1940,6 +1955,12 @@ def _flatten(value: Any) -> list[Any]:
             out.extend(_flatten(v))
         return out
     return [value]
+
+
+def _is_complex_valued(arg: Any) -> bool:
+    """Whether a traced argument holds complex numbers (by its recorded value's dtype)."""
+    value = getattr(arg, "meta", {}).get("val") if hasattr(arg, "meta") else None
+    return bool(getattr(getattr(value, "dtype", None), "is_complex", False))
 
 
 def _writes_in_place(schema: Any) -> bool:
