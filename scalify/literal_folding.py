@@ -13,23 +13,36 @@ from __future__ import annotations
 
 import numpy as np
 
-from .ir import Graph, Node, replace_nodes
+from .ir import ROW_MAJOR_VIEWS, Graph, Node
 from .ops import OPS
 from .simulate.kernels import NotSimulable, host
 
-FOLDED = frozenset({"add", "sub", "mul", "div", "neg", "max", "min", "convert"})
+FOLDED = frozenset({"add", "sub", "mul", "div", "neg", "max", "min", "convert", "not", "and", "or"})
 
 
 def fold_literals(graph: Graph) -> None:
     """Each node that is exact arithmetic on fills becomes the fill it makes (a scalar
-    constant, broadcast to the node's shape). Nodes that already have an equal form keep
-    theirs (a graph canonicalised again)."""
+    constant, broadcast to the node's shape), and a select on a literal predicate is the
+    branch it picks. Nodes that already have an equal form keep theirs (a graph
+    canonicalised again)."""
     paired = {n for pair in graph.equalities for n in pair}
-
-    def rewrite(node: Node, next_id: int) -> list[Node]:
-        literal = None if node.id in paired else folded_literal(node, graph.nodes)
+    nodes: dict[int, Node] = {}
+    alias: dict[int, int] = {}
+    next_id = max(graph.nodes, default=-1) + 1
+    for node in list(graph.nodes.values()):
+        node.operands = tuple(alias.get(o, o) for o in node.operands)
+        if node.id in paired:
+            nodes[node.id] = node
+            continue
+        if node.op == "select" and node.shape == nodes[node.operands[1]].shape:
+            test = fill_value(nodes[node.operands[0]], nodes)
+            if test in ("true", "false"):
+                alias[node.id] = node.operands[1] if test == "true" else node.operands[2]
+                continue
+        literal = folded_literal(node, nodes)
         if literal is None:
-            return []
+            nodes[node.id] = node
+            continue
         const = Node(
             next_id,
             "constant",
@@ -41,28 +54,23 @@ def fold_literals(graph: Graph) -> None:
             f"{node.name}.folded",
             node.framework_op,
         )
+        next_id += 1
+        nodes[const.id] = const
         if not node.shape:
-            return [const]
-        fill = Node(
-            next_id + 1,
-            "broadcast",
-            (const.id,),
-            node.shape,
-            node.dtype,
-            {"dims": ()},
-            node.loc,
-            node.name,
-            node.framework_op,
-        )
-        return [const, fill]
-
-    replace_nodes(graph, rewrite)
+            alias[node.id] = const.id
+            continue
+        node.op, node.operands, node.attrs = "broadcast", (const.id,), {"dims": ()}
+        nodes[node.id] = node
+    graph.nodes = nodes
+    graph.outputs = [alias.get(o, o) for o in graph.outputs]
+    graph.equalities = [(alias.get(a, a), alias.get(b, b)) for a, b in graph.equalities]
+    graph.output_shardings = {alias.get(k, k): v for k, v in graph.output_shardings.items()}
 
 
 def fill_value(node: Node, nodes: dict[int, Node]) -> str | None:
-    """The literal text of a scalar constant or of a broadcast of one (a fill)."""
-    if node.op == "broadcast" and node.operands and node.attrs.get("dims") == ():
-        node = nodes[node.operands[0]]
+    """The literal text of a scalar constant, or of views and broadcasts of one (a fill)."""
+    while node.operands and (node.op in ROW_MAJOR_VIEWS or node.op == "broadcast"):
+        node = nodes[node.operands[0]]  # a view or a broadcast of a fill is that fill
     if node.op != "constant" or node.shape != ():
         return None
     return str(node.attrs.get("value", ""))

@@ -37,7 +37,10 @@ def fold_one_hots(graph: Graph, ranges: dict[int, tuple[float, float]]) -> None:
         fresh = IndexReader(graph)  # the graph as the rewrite above left it
         return _one_hot_nodes(like, index, dim, size, fresh, ranges, graph, next_id)
 
-    fold_one_hot_sums(graph, ranges, one_hot_nodes)
+    def block_one_hot(like, whole, coord, n, dim, size, next_id):
+        return block_one_hot_nodes(like, whole, coord, n, dim, size, graph, next_id)
+
+    fold_one_hot_sums(graph, ranges, one_hot_nodes, block_one_hot)
 
 
 def _one_hot_parts(node: Node, graph: Graph) -> tuple[int, int, int] | None:
@@ -94,12 +97,20 @@ def _one_hot_nodes(
     graph: Graph,
     next_id: int,
 ) -> list[Node]:
-    new = NewNodes(node, next_id)
     block = _block_offset_form(index, reader, ranges, graph)
     if block is None or size != reader.block_size_of(index):
+        new = NewNodes(node, next_id)
         new.add("one_hot", (index,), node.shape, "pred", {"dim": dim, "size": size})
         return new.nodes
-    whole, coord, n = block
+    return block_one_hot_nodes(node, *block, dim, size, graph, next_id)
+
+
+def block_one_hot_nodes(
+    node: Node, whole: int, coord: int, n: int, dim: int, size: int, graph: Graph, next_id: int
+) -> list[Node]:
+    """The one-hot over block `coord` (of n blocks of `size`) of `whole`, as the device's
+    slice of the whole one-hot: `slice_at(one_hot[n*size](whole), size*coord)`."""
+    new = NewNodes(node, next_id)
     shape = list(node.shape)
     shape[dim] = n * size
     full = new.add("one_hot", (whole,), shape, "pred", {"dim": dim, "size": n * size})

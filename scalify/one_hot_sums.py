@@ -17,6 +17,12 @@ guarded so it stays in range. Two exact rewrites bring both to the same terms:
   local index in range), and y equal to z wherever m holds, is `select(one_hot[c](i - c*r),
   y', z)` with y' = y where m does not hold: outside the block both are z, inside k' is
   `i - c*r`. `one_hot.py` then reads that one-hot as the device's slice of the whole one.
+- *Rows added into a device's block.* An embedding's gradient adds each token's row into
+  the table row its index names, `one_hot(i)^T g` (the frontends lower a scatter-add so); a
+  vocab-parallel embedding's device adds `g * in_block` at its guarded local index. Where
+  the mask is the block's, `one_hot[c](guarded local index)^T (g * in_block)` is the
+  device's slice of `one_hot(i)^T g`: inside the block the guarded index is the local one,
+  outside the mask makes the row 0 and the block's one-hot has no entry for it.
 """
 
 from __future__ import annotations
@@ -28,10 +34,11 @@ from .literal_folding import fill_value, folded_literal
 Ranges = dict[int, tuple[float, float]]
 
 
-def fold_one_hot_sums(graph: Graph, ranges: Ranges, one_hot_nodes) -> None:
-    """Both rewrites of the module doc. `one_hot_nodes(node, index, dim, size, next_id)`
+def fold_one_hot_sums(graph: Graph, ranges: Ranges, one_hot_nodes, block_one_hot) -> None:
+    """The rewrites of the module doc. `one_hot_nodes(node, index, dim, size, next_id)`
     makes the one-hot of an index, as one_hot.py forms it (a device's slice where the
-    index is a block-local one)."""
+    index is a block-local one); `block_one_hot(node, whole, coord, n, dim, size, next_id)`
+    the device's slice of the whole one-hot."""
     reader = IndexReader(graph)
 
     def rewrite(node: Node, next_id: int) -> list[Node]:
@@ -39,6 +46,8 @@ def fold_one_hot_sums(graph: Graph, ranges: Ranges, one_hot_nodes) -> None:
             return _unguarded(node, graph, reader, one_hot_nodes, next_id)
         if node.op == "sub":
             return _log_softmax_of_one_hot_gradient(node, graph, ranges, next_id)
+        if node.op == "dot":
+            return _rows_added_in_block(node, graph, reader, ranges, block_one_hot, next_id)
         return []
 
     replace_nodes(graph, rewrite)
@@ -175,3 +184,99 @@ def _value_assuming(node_id: int, test: int, truth: bool, graph: Graph) -> str |
     }
     probe = Node(node.id, node.op, tuple(scalars), (), node.dtype, dict(node.attrs))
     return folded_literal(probe, scalars)
+
+
+# ---- rows added into a device's block
+
+
+def _rows_added_in_block(
+    node: Node, graph: Graph, reader: IndexReader, ranges: Ranges, block_one_hot, next_id: int
+) -> list[Node]:
+    nodes = graph.nodes
+    lhs, rhs = node.operands
+    cast = nodes[lhs] if nodes[lhs].op == "convert" else None
+    hot = nodes[cast.operands[0]] if cast is not None else nodes[lhs]
+    if hot.op != "one_hot" or node.attrs.get("lhs_batch") or node.attrs.get("rhs_batch"):
+        return []
+    k = int(hot.attrs["dim"])
+    contracted = tuple(range(k))
+    if tuple(node.attrs["lhs_contracting"]) != contracted:
+        return []
+    if tuple(node.attrs["rhs_contracting"]) != contracted or k != len(hot.shape) - 1:
+        return []
+    found = _block_masked(rhs, k, graph, reader)
+    if found is None:
+        return []
+    values, block = found
+    size = int(hot.attrs["size"])
+    lo, hi = ranges.get(block.coord, (None, None))
+    if block.size != size or lo != 0 or hi is None or hi == float("inf"):
+        return []
+    if not reader.equals_offset(hot.operands[0], block):
+        return []
+    made = block_one_hot(hot, block.index, block.coord, int(hi) + 1, k, size, next_id)
+    new = NewNodes(node, next_id + len(made))
+    new.nodes[:0] = made
+    hot_id = made[-1].id
+    if cast is not None:
+        hot_id = new.add("convert", (hot_id,), cast.shape, cast.dtype, dict(cast.attrs))
+    new.add("dot", (hot_id, values), node.shape, node.dtype, dict(node.attrs))
+    new.nodes[-1].name = node.name
+    return new.nodes
+
+
+def _block_masked(node_id: int, k: int, graph: Graph, reader: IndexReader):
+    """(x, block) for `x * m` (either order) where m is the indicator of "index in block"
+    (a cast of the predicate, through views that keep its dims as x's first k dims)."""
+    from .block_lookup import _labels
+
+    nodes = graph.nodes
+    node = nodes[node_id]
+    if node.op == "mul":
+        candidates = [(v, m, True) for v, m in (node.operands, node.operands[::-1])]
+    elif node.op == "select":  # select(in_block, x, 0), or its negation with the branches swapped
+        test, first, second = node.operands
+        candidates = [
+            (value, test, False)
+            for value, zero in ((first, second), (second, first))
+            if fill_value(nodes[zero], nodes) not in (None,) and _is_zero(nodes[zero], nodes)
+        ]
+    else:
+        return None
+    for value, mask, cast_expected in candidates:
+        path = [mask]
+        while nodes[path[-1]].op in ROW_MAJOR_VIEWS or nodes[path[-1]].op == "broadcast":
+            path.append(nodes[path[-1]].operands[0])
+        predicate = nodes[path[-1]]
+        if cast_expected:
+            if predicate.op != "convert" or nodes[predicate.operands[0]].dtype != "pred":
+                continue
+            path.append(predicate.operands[0])
+            predicate = nodes[path[-1]]
+        found = reader.block(predicate.id)
+        zero_branch_first = node.op == "select" and value == node.operands[2]
+        if found is None or found[1] != zero_branch_first:
+            continue  # the value must be kept inside the block, zero outside it
+        views = reader.mask_views(predicate.id)
+        labels = _labels(nodes, [*path, *views[1:]])
+        bottom = nodes[views[-1]]
+        if labels is None or len(bottom.shape) != k:
+            continue
+        if labels[:k] != list(range(k)) and not _unit_aligned(labels[:k], bottom):
+            continue
+        return value, found[0]
+    return None
+
+
+def _is_zero(node: Node, nodes: dict[int, Node]) -> bool:
+    text = fill_value(node, nodes)
+    try:
+        return text is not None and float(text) == 0.0
+    except ValueError:
+        return False
+
+
+def _unit_aligned(labels: list, predicate: Node) -> bool:
+    """Labels that name each of the predicate's dims in order, unit dims (None) aside."""
+    wanted = [d for d, n in enumerate(predicate.shape) if n != 1]
+    return [lab for lab in labels if lab is not None] == wanted

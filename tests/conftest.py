@@ -75,6 +75,15 @@ def bug_line(name: str, model: Path = MLP / "model.py") -> int:
     raise AssertionError(f"no BUG marker {name} in {model}")
 
 
+def export_programs(tmp_path_factory, folder: str) -> Path:
+    """Run `tests/<folder>/export.py` into a fresh directory (JAX reads its device count at
+    start-up, so each export runs in its own process) and return the directory."""
+    out = tmp_path_factory.mktemp(folder)
+    script = REPO / "tests" / folder / "export.py"
+    subprocess.run([sys.executable, str(script), str(out)], check=True, capture_output=True)
+    return out
+
+
 def export_example(script: Path, out: Path, *args: str) -> Path:
     """Run an example's export.py (JAX must start with its own device count, so not
     in-process) and return the folder it wrote."""

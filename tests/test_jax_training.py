@@ -4,21 +4,15 @@ transpose of `psum` is a `psum` again) doubles every gradient and is caught at t
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
-from conftest import REPO, run_cli, verify_json
+from conftest import REPO, export_programs, run_cli, verify_json
 
 pytest.importorskip("jax")
 
 
 @pytest.fixture(scope="module")
 def programs(tmp_path_factory):
-    out = tmp_path_factory.mktemp("jax_training")
-    script = REPO / "tests" / "jax_training" / "export.py"
-    subprocess.run([sys.executable, str(script), str(out)], check=True, capture_output=True)
-    return out
+    return export_programs(tmp_path_factory, "jax_training")
 
 
 def test_the_partitioned_training_step_is_proved(programs):

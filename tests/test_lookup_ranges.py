@@ -4,21 +4,15 @@ so), never for a computed index nothing bounds."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
-from conftest import REPO, verify_json
+from conftest import export_programs, verify_json
 
 pytest.importorskip("jax")
 
 
 @pytest.fixture(scope="module")
 def programs(tmp_path_factory):
-    out = tmp_path_factory.mktemp("lookup_ranges")
-    script = REPO / "tests" / "lookup_ranges" / "export.py"
-    subprocess.run([sys.executable, str(script), str(out)], check=True, capture_output=True)
-    return out
+    return export_programs(tmp_path_factory, "lookup_ranges")
 
 
 def test_an_input_index_is_assumed_in_range_and_proved(programs):

@@ -6,21 +6,16 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 
 import pytest
-from conftest import REPO, run_cli, verify_json
+from conftest import REPO, export_programs, run_cli, verify_json
 
 pytest.importorskip("jax")
 
 
 @pytest.fixture(scope="module")
 def programs(tmp_path_factory):
-    out = tmp_path_factory.mktemp("xla_partitioned")
-    script = REPO / "tests" / "xla_partitioned" / "export.py"
-    subprocess.run([sys.executable, str(script), str(out)], check=True, capture_output=True)
-    return out
+    return export_programs(tmp_path_factory, "xla_partitioned")
 
 
 def test_xla_partitioned_vocab_parallel_lookup_is_proved(programs):

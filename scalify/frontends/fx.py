@@ -1142,6 +1142,23 @@ class _Lowering:
             fill = self.operand(values, dtype, shape)
         return self.new("select", (hot, fill, x), shape, dtype, final=True)
 
+    def rows_added(
+        self, x: int, index: int, values: Any, shape: tuple[int, ...], dtype: str
+    ) -> int:
+        """`x.index_put_([i], v, accumulate=True)`: each value row added into the row of x its
+        index names (an embedding's gradient). It is `x + one_hot(i)^T v`, the one-hot over
+        x's rows contracted with v over the index dims."""
+        index_shape = self.shape(index)
+        k = len(index_shape)
+        v = self.convert(self.tensor(values), dtype) if self.is_node(values) else None
+        if v is None or self.shape(v) != (*index_shape, *shape[1:]):
+            raise _Unsupported("index_put accumulating other than one row per index")
+        hot_shape = (*index_shape, shape[0])
+        hot = self.convert(self.one_hot_of(index, k, hot_shape), dtype)
+        dims = tuple(range(k))
+        added = self.dot(hot, v, dims, dims, shape, dtype, final=False)
+        return self.new("add", (x, added), shape, dtype, final=True)
+
     def one_hot_of(self, index: int, dim: int, shape: tuple[int, ...]) -> int:
         """`index == iota` along the new dim `dim` of `shape`, as `jax.nn.one_hot` lowers."""
         kept = tuple(d for d in range(len(shape)) if d != dim)
@@ -1179,6 +1196,10 @@ class _Lowering:
         accumulate = args[3] if len(args) > 3 else kwargs.get("accumulate", False)
         if isinstance(indices, (list, tuple)) and len(indices) == 2 and not accumulate:
             return self.row_entries_put(x, indices, args[2], shape, dtype)
+        if accumulate and isinstance(indices, (list, tuple)) and len(indices) == 1:
+            index = self.tensor(indices[0]) if self.is_node(indices[0]) else None
+            if index is not None and self.dtype(index) != "pred":
+                return self.rows_added(x, index, args[2], shape, dtype)
         if not isinstance(indices, (list, tuple)) or len(indices) != 1:
             raise _Unsupported("index_put with more than one index")
         mask = self.tensor(indices[0])

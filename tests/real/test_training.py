@@ -45,7 +45,8 @@ def squared(model, x):
     return model(x).square().sum()
 
 
-def test_a_parallelize_module_training_step_is_proved():
+def _column_then_row_parallel() -> tuple[MLP, MLP, object]:
+    """(baseline, the same MLP parallelised by `parallelize_module`, the mesh)."""
     from torch.distributed.tensor.parallel import (
         ColwiseParallel,
         RowwiseParallel,
@@ -57,6 +58,11 @@ def test_a_parallelize_module_training_step_is_proved():
     model = copy.deepcopy(baseline)
     mesh = fake_mesh("tp=2")
     parallelize_module(model, mesh, {"up": ColwiseParallel(), "down": RowwiseParallel()})
+    return baseline, model, mesh
+
+
+def test_a_parallelize_module_training_step_is_proved():
+    baseline, model, mesh = _column_then_row_parallel()
     x = torch.randn(4, 16)
     report = check_equivalent(
         train_step(baseline, squared), train_step(model, squared), mesh=mesh, example_inputs=(x,)
@@ -70,17 +76,7 @@ def test_a_parallelize_module_training_step_is_proved():
 def test_an_optimizer_step_leaves_each_weight_in_its_layout(optimizer_class):
     """One optimizer step: the weights `step()` updates in place are the outputs (AdamW's
     moments are made in the step and written back with `copy_`)."""
-    from torch.distributed.tensor.parallel import (
-        ColwiseParallel,
-        RowwiseParallel,
-        parallelize_module,
-    )
-
-    torch.manual_seed(0)
-    baseline = MLP()
-    model = copy.deepcopy(baseline)
-    mesh = fake_mesh("tp=2")
-    parallelize_module(model, mesh, {"up": ColwiseParallel(), "down": RowwiseParallel()})
+    baseline, model, mesh = _column_then_row_parallel()
 
     def sgd_step(m):
         weights = list(m.parameters())
@@ -355,3 +351,70 @@ class _Logits(torch.nn.Module):
     def __init__(self, z: torch.Tensor) -> None:
         super().__init__()
         self.z = torch.nn.Parameter(z.clone())
+
+
+# ---- torchtitan's own Llama3 training step
+
+
+def _titan_step(tp: int, sp: bool):
+    """torchtitan's model, plan, loss (`CrossEntropyLoss` with the global vocab size, its
+    vocab-parallel path) and `loss.backward()`, as its trainer's forward-backward step runs
+    them; the baseline is the same model and loss on one device."""
+    require("torchtitan", "spmd_types")
+    import contextlib
+
+    import spmd_types
+    from titan_llama import SEQ, VOCAB, build, tokens
+    from torchtitan.components.loss import CrossEntropyLoss
+
+    baseline, model, mesh, context = build(tp, sp=sp, fuse_qkv=False)
+    loss_fn = CrossEntropyLoss(CrossEntropyLoss.Config(global_vocab_size=VOCAB))
+
+    def step_of(m, run_in=contextlib.nullcontext):
+        weights = list(m.parameters())
+
+        def train_step(tokens, labels):
+            with run_in():
+                loss, _ = loss_fn(m(tokens), labels, torch.tensor(float(labels.numel())))
+                with spmd_types.no_typecheck():
+                    loss.backward()
+                return loss, [p.grad for p in weights]
+
+        return train_step
+
+    labels = torch.randint(0, VOCAB, (2, SEQ), generator=torch.Generator().manual_seed(2))
+    names = [n for n, _ in baseline.named_parameters()]
+    return baseline, model, mesh, context, step_of, (tokens(), labels), names
+
+
+@pytest.mark.slow
+def test_torchtitans_llama3_training_step_is_proved():
+    baseline, model, mesh, context, step_of, inputs, _ = _titan_step(2, sp=False)
+    report = check_equivalent(
+        step_of(baseline), step_of(model, context), mesh=mesh, example_inputs=inputs
+    )
+    assert report.verdict == "equivalent", [s.reason for s in report.suspects[:2]]
+    told = report.relations["outputs"]
+    assert "output 1: shard(0, tp) (the layout of input tok_embeddings_weight)" in told, told[:2]
+
+
+@pytest.mark.slow
+def test_torchtitans_sequence_parallel_norm_gradients_are_left_partial():
+    """Under sequence parallelism torchtitan's plan leaves each RMSNorm weight's gradient a
+    partial sum over tp after `backward()` (its comment: the all-reduce is left to FSDP);
+    Scalify says which gradients they are, and proves the step once they are stated so."""
+    baseline, model, mesh, context, step_of, inputs, names = _titan_step(2, sp=True)
+    report = check_equivalent(
+        step_of(baseline), step_of(model, context), mesh=mesh, example_inputs=inputs
+    )
+    partial = {names[o.index - 1] for o in report.outputs if o.proven == "partial(sum, tp)"}
+    assert partial == {n for n in names if "norm" in n}, partial
+    stated = [None] + ["partial(sum, tp)" if "norm" in n else None for n in names]
+    report = check_equivalent(
+        step_of(baseline),
+        step_of(model, context),
+        mesh=mesh,
+        example_inputs=inputs,
+        relations={"outputs": stated},
+    )
+    assert report.verdict == "equivalent", [s.reason for s in report.suspects[:2]]

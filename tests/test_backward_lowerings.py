@@ -1,5 +1,6 @@
-"""The CPU flash-attention kernel's backward, as the FX frontend reads it, computes what
-PyTorch's kernel computes: the lowered graph run by the simulator against autograd."""
+"""Backward kernels as the FX frontend reads them compute what PyTorch computes: the
+lowered graph run by the simulator against autograd (the CPU flash-attention kernel's
+backward, complex RoPE's, an embedding's scatter-add, cross-entropy's one-hot scatter)."""
 
 from __future__ import annotations
 
@@ -61,6 +62,31 @@ def test_the_gradient_through_complex_rope_matches_autograd():
     assert not graph.opaque_nodes()
     given = {"x": x, "freqs": torch.view_as_real(freqs), "grad_out": grad_out}
     inputs = {i: given[graph.input_name(i)].detach().double().numpy() for i in graph.inputs}
+    (output,) = graph.outputs
+    got = run_baseline(graph, inputs)[output]
+    np.testing.assert_allclose(got, expected.double().numpy(), atol=1e-5)
+
+
+def test_the_gradients_of_an_embedding_and_a_cross_entropy_match_autograd():
+    """`embedding_dense_backward` decomposes into an accumulating `index_put` (read as a
+    one-hot product); `nll_loss_backward` into a `scatter` (read as a one-hot select)."""
+
+    def gradients(table, ids, labels):
+        table = table * 1.0
+        logits = torch.nn.functional.embedding(ids, table).sum(-1, keepdim=True) * table[:, 0]
+        loss = torch.nn.functional.cross_entropy(logits, labels, reduction="sum")
+        return torch.autograd.grad(loss, [table])
+
+    torch.manual_seed(0)
+    table = torch.randn(16, 4, requires_grad=True)
+    ids = torch.tensor([3, 3, 7, 0, 15, 3])
+    labels = torch.tensor([1, 0, 15, 15, 2, 9])
+    (expected,) = gradients(table, ids, labels)
+    graph = canonicalize(graph_from_fx(trace(gradients, (table, ids, labels)), "lookups"))
+    assert not graph.opaque_nodes()
+    given = {"table": table, "ids": ids, "labels": labels}
+    inputs = {i: given[graph.input_name(i)].detach().numpy() for i in graph.inputs}
+    inputs = {i: v.astype(np.float64) if v.dtype.kind == "f" else v for i, v in inputs.items()}
     (output,) = graph.outputs
     got = run_baseline(graph, inputs)[output]
     np.testing.assert_allclose(got, expected.double().numpy(), atol=1e-5)
