@@ -125,15 +125,15 @@ def _masked_lookup(reader: IndexReader, select: Node) -> tuple[Block, Node] | No
     atom = reader.nodes[block.index]
     if core.shape != atom.shape or not reader.equals_offset(core.id, block):
         return None
-    index_labels = _labels(reader.nodes, index_path)
+    index_labels = dim_labels(reader.nodes, index_path)
     extra = len(table.shape) - 1 if lookup.op == "take" else 0
-    value_labels = index_labels and _labels(
+    value_labels = index_labels and dim_labels(
         reader.nodes, lookup_path, index_labels + [None] * extra
     )
     mask_path = reader.mask_views(mask)
     if reader.nodes[mask_path[-1]].shape != atom.shape:
         return None
-    mask_labels = _labels(reader.nodes, mask_path)
+    mask_labels = dim_labels(reader.nodes, mask_path)
     if value_labels is None or mask_labels is None:
         return None
     aligned = all(
@@ -160,7 +160,7 @@ def _value_path(reader: IndexReader, node_id: int, block: Block) -> list[int]:
         return path
 
 
-def _labels(nodes: dict[int, Node], path: list[int], base: list | None = None) -> list | None:
+def dim_labels(nodes: dict[int, Node], path: list[int], base: list | None = None) -> list | None:
     """For the top node of `path` (top first), which dim of the bottom node each dim shows
     (None: a unit dim or one a broadcast made). `base`: the bottom node's labels."""
     bottom = nodes[path[-1]]

@@ -27,6 +27,7 @@ guarded so it stays in range. Two exact rewrites bring both to the same terms:
 
 from __future__ import annotations
 
+from .block_lookup import dim_labels
 from .index_forms import IndexReader
 from .ir import ROW_MAJOR_VIEWS, Graph, NewNodes, Node, replace_nodes
 from .literal_folding import fill_value, folded_literal
@@ -228,8 +229,6 @@ def _rows_added_in_block(
 def _block_masked(node_id: int, k: int, graph: Graph, reader: IndexReader):
     """(x, block) for `x * m` (either order) where m is the indicator of "index in block"
     (a cast of the predicate, through views that keep its dims as x's first k dims)."""
-    from .block_lookup import _labels
-
     nodes = graph.nodes
     node = nodes[node_id]
     if node.op == "mul":
@@ -239,7 +238,7 @@ def _block_masked(node_id: int, k: int, graph: Graph, reader: IndexReader):
         candidates = [
             (value, test, False)
             for value, zero in ((first, second), (second, first))
-            if fill_value(nodes[zero], nodes) not in (None,) and _is_zero(nodes[zero], nodes)
+            if _is_zero(nodes[zero], nodes)
         ]
     else:
         return None
@@ -258,7 +257,7 @@ def _block_masked(node_id: int, k: int, graph: Graph, reader: IndexReader):
         if found is None or found[1] != zero_branch_first:
             continue  # the value must be kept inside the block, zero outside it
         views = reader.mask_views(predicate.id)
-        labels = _labels(nodes, [*path, *views[1:]])
+        labels = dim_labels(nodes, [*path, *views[1:]])
         bottom = nodes[views[-1]]
         if labels is None or len(bottom.shape) != k:
             continue

@@ -89,6 +89,20 @@ def read_relations_file(path: str) -> RelationsFile:
         raise ScalifyError(
             f'"outputs" must be a list of layouts, one per output, or "{INFER_OUTPUTS}"', path
         )
+    for index, layout in enumerate(outputs or []):
+        if layout is not None and not isinstance(layout, str):
+            raise ScalifyError(
+                f'"outputs"[{index}] is {json.dumps(layout)}: expected a layout string such as '
+                '"shard(0, tp)", or null to leave that output to its other sources',
+                path,
+            )
+    for name, layout in data.get("inputs", {}).items():
+        if not isinstance(layout, str):
+            raise ScalifyError(
+                f'"inputs"["{name}"] is {json.dumps(layout)}: expected a layout string such '
+                'as "shard(0, tp)"',
+                path,
+            )
     return RelationsFile(path, data.get("mesh"), dict(data.get("inputs", {})), outputs)
 
 

@@ -68,6 +68,20 @@ def test_relations_file_unknown_input(cli, tmp_path):
     assert_clean_error(result, "w9", "note: its inputs: ")
 
 
+@pytest.mark.parametrize(
+    "relations, expected",
+    [
+        ({"outputs": [3]}, '"outputs"[0] is 3: expected a layout string'),
+        ({"inputs": {"x": 1}}, '"inputs"["x"] is 1: expected a layout string'),
+    ],
+    ids=["output", "input"],
+)
+def test_relations_file_layout_that_is_no_string(cli, tmp_path, relations, expected):
+    rel = tmp_path / "rel.json"
+    rel.write_text(json.dumps(relations))
+    assert_clean_error(cli("verify", BASE, DIST, "--relations", str(rel)), "rel.json", expected)
+
+
 def test_usage_error(cli):
     result = cli("verify", BASE)
     assert result.code == 2

@@ -233,3 +233,14 @@ def test_heads_projected_straight_from_a_viewed_weight(cli, tmp_path, tp, side):
     code, report = verify(cli, out, "tp")
     assert (code, report["verdict"]) == (0, "equivalent"), report["suspects"]
     assert report["stats"]["egraph_nodes"] < 20_000
+
+
+def test_a_training_step_with_one_kv_head_per_device_verifies(cli, tmp_path):
+    """`--parts train_layers` at tp=8 over 8 KV heads: the gradient of `jnp.repeat` over a
+    device's one KV head sums over its unit head dim and the repeats together, a reduce
+    Scalify reads as one over the repeats alone."""
+    export_tiny(tmp_path, 8, "train_layers", "--bugs", "none")
+    code, report = verify(cli, tmp_path, "tp")
+    assert (code, report["verdict"]) == (0, "equivalent"), report["suspects"][:1]
+    weights = [o["proven"] for o in report["outputs"][1:]]
+    assert weights and set(weights) <= {"replicate", "shard(0, tp)", "shard(1, tp)"}

@@ -107,13 +107,10 @@ def trace(
             value = fn(*args)
             return tensor_leaves(value, placed, _weights_and_gradients(modules), followed)
 
-    attention_math = False  # fused attention traced as its math (see _fused_attention_backward)
-
     def make_in(mode: str) -> torch.fx.GraphModule:
         options = {"tracing_mode": "fake", "_allow_non_fake_inputs": True} if mode == "fake" else {}
         with (
             _quiet("torch._subclasses.fake_tensor"),
-            _attention_as_math(attention_math),
             _stack_traces_from_the_program(),
         ):
             return make_fx(
@@ -127,9 +124,6 @@ def trace(
     for mode in modes:
         try:
             gm = make_in(mode)
-            if _fused_attention_backward(gm):
-                attention_math = True
-                gm = make_in(mode)
             break
         except Exception as exc:  # noqa: BLE001 - a framework's error, reported with its line
             if mode != modes[-1] and _reads_traced_data(exc):
@@ -214,33 +208,6 @@ def _stack_traces_from_the_program() -> Iterator[None]:
         yield
     finally:
         TracerBase._filter_traceback_frames = original
-
-
-def _fused_attention_backward(gm: torch.fx.GraphModule) -> bool:
-    """Whether the trace holds a fused attention kernel's backward that the frontend does not
-    read itself (it reads the CPU flash kernel's): no decomposition gives its math, so the
-    program is traced again with SDPA's math backend, whose backward is autograd's over
-    plain ops."""
-    from scalify.frontends.fx import lowers_natively
-
-    return any(
-        node.op == "call_function"
-        and "scaled_dot_product" in str(node.target)
-        and "backward" in str(node.target)
-        and not lowers_natively(getattr(node.target, "_opname", ""))
-        for node in gm.graph.nodes
-    )
-
-
-@contextmanager
-def _attention_as_math(enabled: bool) -> Iterator[None]:
-    if not enabled:
-        yield
-        return
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    with sdpa_kernel([SDPBackend.MATH]):
-        yield
 
 
 def _merge_repeated_reads(gm: torch.fx.GraphModule) -> None:

@@ -1,7 +1,8 @@
-"""A vocab-parallel lookup whose index is computed (`max(a, b)`), not an input: nothing bounds
-it to the table's rows, and out of range the whole table's lookup clamps where the masked
-per-device lookups give 0. Written beside the same lookup of an input index, which is
-assumed in range. Run in its own process:
+"""A vocab-parallel lookup whose index is computed (`max(a, b)`, negative values counted from
+the end as the baseline's indexing counts them), not an input: nothing bounds it to the
+table's rows, and out of range the whole table's lookup clamps where the masked per-device
+lookups give 0 (before the fix this pair was proved, with no assumption stated). Written
+beside the same lookup of an input index, which is assumed in range. Run in its own process:
 
     python tests/lookup_ranges/export.py OUT_DIR
 """
@@ -33,6 +34,11 @@ def masked(table, index):
     return lax.psum(jnp.where(mine[:, None], picked, 0.0), "tp")
 
 
+def wrapped(index):
+    """A negative index counted from the end, as the baseline's indexing does."""
+    return jnp.where(index < 0, index + ROWS, index)
+
+
 mesh = Mesh(jax.devices(), ("tp",))
 table, a, b = jnp.zeros((ROWS, 8)), jnp.zeros(8, jnp.int32), jnp.zeros(8, jnp.int32)
 
@@ -50,7 +56,7 @@ export(
     "computed",
     # no bounds check in the baseline either: an XLA gather, which clamps
     lambda t, a, b: t.at[jnp.maximum(a, b)].get(mode="promise_in_bounds"),
-    lambda t, a, b: masked(t, jnp.maximum(a, b)),
+    lambda t, a, b: masked(t, wrapped(jnp.maximum(a, b))),
     (P("tp", None), P(), P()),
     table,
     a,
