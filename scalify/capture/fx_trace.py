@@ -142,9 +142,8 @@ def trace(
     gm.meta["tracing_mode"] = mode
     gm.meta["output_inputs"] = dict(followed)
     names: dict[int, str] = {}
-    for prefix, module in modules:
-        for name, tensor in [*module.named_parameters(), *module.named_buffers()]:
-            names.setdefault(_local(tensor).data_ptr(), prefix + name.replace(".", "_"))
+    for name, tensor in _weight_names(modules, buffers=True):
+        names.setdefault(_local(tensor).data_ptr(), name)
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     if all(isinstance(x, torch.Tensor) for x in inputs) and len(placeholders) == len(inputs):
         for node, name in zip(placeholders, _argument_names(fn, len(inputs)), strict=True):
@@ -243,10 +242,14 @@ def foreign_decompositions() -> dict[Any, Callable[..., Any]]:
     }
 
 
-def _weight_names(modules: list[tuple[str, nn.Module]]) -> Iterator[tuple[str, torch.Tensor]]:
-    """Each weight of `modules` under the input name the trace gives it."""
+def _weight_names(
+    modules: list[tuple[str, nn.Module]], buffers: bool = False
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """Each weight of `modules` (and with `buffers`, each buffer) under the input name the
+    trace gives it: the module's path with dots as underscores, after the prefix."""
     for prefix, module in modules:
-        for name, tensor in module.named_parameters():
+        held = [*module.named_parameters(), *(module.named_buffers() if buffers else ())]
+        for name, tensor in held:
             yield prefix + name.replace(".", "_"), tensor
 
 
