@@ -405,8 +405,11 @@ def _concatenate_instance(b) -> int:
     shape = tuple(b.size() for _ in range(rank))
     layout = b.operand_layout(0, rank, b.layout(rank))
     x = b.input(shape, "f32", layout)
-    y = b.input(shape, "f32", b.operand_layout(1, rank, layout))
-    return b.op("concatenate", (x, y), "f32", {"dim": int(b.rng.integers(rank))})
+    parts = [x] + [
+        b.input(shape, "f32", b.operand_layout(i, rank, layout))
+        for i in range(1, int(b.rng.integers(2, 4)))
+    ]
+    return b.op("concatenate", tuple(parts), "f32", {"dim": int(b.rng.integers(rank))})
 
 
 def _pad(node, args) -> np.ndarray:

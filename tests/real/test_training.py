@@ -356,7 +356,7 @@ class _Logits(torch.nn.Module):
 # ---- torchtitan's own Llama3 training step
 
 
-def _titan_step(tp: int, sp: bool):
+def _titan_step(tp: int, sp: bool, fuse_qkv: bool = False):
     """torchtitan's model, plan, loss (`CrossEntropyLoss` with the global vocab size, its
     vocab-parallel path) and `loss.backward()`, as its trainer's forward-backward step runs
     them; the baseline is the same model and loss on one device."""
@@ -367,7 +367,7 @@ def _titan_step(tp: int, sp: bool):
     from titan_llama import SEQ, VOCAB, build, tokens
     from torchtitan.components.loss import CrossEntropyLoss
 
-    baseline, model, mesh, context = build(tp, sp=sp, fuse_qkv=False)
+    baseline, model, mesh, context = build(tp, sp=sp, fuse_qkv=fuse_qkv)
     loss_fn = CrossEntropyLoss(CrossEntropyLoss.Config(global_vocab_size=VOCAB))
 
     def step_of(m, run_in=contextlib.nullcontext):
@@ -388,8 +388,11 @@ def _titan_step(tp: int, sp: bool):
 
 
 @pytest.mark.slow
-def test_torchtitans_llama3_training_step_is_proved():
-    baseline, model, mesh, context, step_of, inputs, _ = _titan_step(2, sp=False)
+@pytest.mark.parametrize("fuse_qkv", [False, True], ids=["separate_qkv", "fused_qkv"])
+def test_torchtitans_llama3_training_step_is_proved(fuse_qkv):
+    """With the fused projection the gradient of each device's [q|k|v] block is the
+    `torch.cat` of its three parts' gradients along the head-group dim."""
+    baseline, model, mesh, context, step_of, inputs, _ = _titan_step(2, False, fuse_qkv)
     report = check_equivalent(
         step_of(baseline), step_of(model, context), mesh=mesh, example_inputs=inputs
     )
