@@ -16,6 +16,7 @@ from .literal_folding import fold_literals
 from .one_hot import fold_one_hots
 from .padded_pieces import join_padded_pieces
 from .static_indices import fold_static_indices
+from .views_through_broadcasts import add_views_through_broadcasts
 
 
 def is_identity(node: Node, operand: Node) -> bool:
@@ -61,12 +62,17 @@ def reshape_groups(
 
 
 def _decompose_reshape(
-    node: Node, operand: Node, next_id: int, removed: tuple[int, ...] | None = None
+    node: Node,
+    operand: Node,
+    next_id: int,
+    removed: tuple[int, ...] | None = None,
+    last_group_first: bool = False,
 ) -> list[Node]:
     """A reshape as primitive view steps: `merge` (dims p and p+1 into one) and `split` (dim
     p into an outer dim and an inner dim of size `inner`). Keys then name the inner sizes
     only, which a shard on the outer factor leaves unchanged. `removed`: the reshape only
-    deletes these size-1 dims (one reading of it, see `unit_removals`)."""
+    deletes these size-1 dims (one reading of it, see `unit_removals`). Groups of dims are
+    reshaped from the first unless `last_group_first`."""
     if not operand.shape or not node.shape:
         return [node]
     steps: list[Node] = []
@@ -99,7 +105,10 @@ def _decompose_reshape(
         perm = kept + list(removed)
         shape = [operand.shape[d] for d in perm]
         emit("transpose", {"perm": tuple(perm)}, shape)
-    for si, sj in reshape_groups(tuple(shape), node.shape):
+    groups = reshape_groups(tuple(shape), node.shape)
+    for si, sj in reversed(groups) if last_group_first else groups:
+        if last_group_first:
+            position = si[0]  # the groups before it are not reshaped yet
         for _ in range(len(si) - 1):
             inner = shape[position + 1]
             merged = shape[:position] + [shape[position] * inner] + shape[position + 2 :]
@@ -204,8 +213,29 @@ def canonicalize(graph: Graph) -> Graph:
             for step in alternative:
                 nodes[step.id] = step
             graph.equalities.append((node.id, alternative[-1].id))
+        if _reshapes_several_groups(operand.shape, node.shape):
+            # `x.view(B, S, H * D).view(B * S, H * D)` passes through a value that the
+            # reshape at once, merged from the first group, never makes: both orders enter
+            alternative = _decompose_reshape(node, operand, next_id, last_group_first=True)
+            if alternative[-1].op == "reshape":
+                continue
+            alternative[-1].id = next_id + len(alternative) - 1
+            alternative[-1].name = f"{node.name}.reversed"
+            next_id += len(alternative)
+            for step in alternative:
+                nodes[step.id] = step
+            graph.equalities.append((node.id, alternative[-1].id))
     graph.nodes = nodes
+    add_views_through_broadcasts(graph)
     return _prune(graph)
+
+
+def _reshapes_several_groups(source: tuple[int, ...], target: tuple[int, ...]) -> bool:
+    """More than one run of dims is merged or split (so the order of the steps shows)."""
+    if not source or not target:
+        return False
+    groups = reshape_groups(source, target)
+    return sum(len(si) > 1 or len(sj) > 1 for si, sj in groups) > 1
 
 
 def _prune(graph: Graph) -> Graph:

@@ -51,6 +51,53 @@ class PartialSumMLP(MLP):
         return all_reduce(y + self.bias, "sum", dist.group.WORLD)  # BUG: bias_before_allreduce
 
 
+class BiasedMLP(nn.Module):
+    """fc2 with its own bias, on 3-D inputs: `linear` traces as a view of `addmm`, the bias
+    added before the product is split back into batch and sequence."""
+
+    def __init__(self, hidden: int = 64, ffn: int = 256) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(hidden, ffn)
+        self.fc2 = nn.Linear(ffn, hidden)
+
+    def forward(self, x):
+        return self.fc2(F.gelu(self.fc1(x)))
+
+
+class RowBiasMLP(nn.Module):
+    """fc2's bias added by hand after its row-parallel product is reduced (transformers'
+    `rowwise` does this), or before the reduction (`bug`: the bias is summed over devices)."""
+
+    def __init__(self, base: BiasedMLP, bug: bool = False) -> None:
+        super().__init__()
+        self.fc1 = copy.deepcopy(base.fc1)
+        self.fc2 = nn.Linear(base.fc2.in_features, base.fc2.out_features, bias=False)
+        self.fc2.weight = nn.Parameter(base.fc2.weight.detach().clone())
+        self.bias = nn.Parameter(base.fc2.bias.detach().clone())
+        self.bug = bug
+
+    def forward(self, x):
+        y = self.fc2(F.gelu(self.fc1(x)))
+        if self.bug:
+            return all_reduce(y + self.bias, "sum", dist.group.WORLD)  # BUG: bias_summed
+        return all_reduce(y, "sum", dist.group.WORLD) + self.bias
+
+
+@pytest.mark.parametrize("bug", [False, True], ids=["after_reduce", "before_reduce"])
+def test_a_bias_added_after_the_reduction_on_3d_inputs(mesh, bug):
+    torch.manual_seed(0)
+    base = BiasedMLP()
+    plan = {"fc1": ColwiseParallel(), "fc2": RowwiseParallel(output_layouts=Partial())}
+    model = parallel(RowBiasMLP(base, bug), mesh, plan)
+    report = check_equivalent(base, model, mesh=mesh, example_inputs=(torch.randn(2, 8, 64),))
+    if not bug:
+        assert report.verdict == "equivalent", [s.reason for s in report.suspects[:2]]
+        return
+    assert report.verdict == "not_equivalent"
+    first = report.suspects[0]
+    assert (first.file, first.line) == (HERE, bug_line("bias_summed", THIS)), first.reason
+
+
 class Attention(nn.Module):
     """Multi-head self-attention without masks; `bug` splits the heads with the global head
     count, which on a tensor-parallel shard cuts head_dim instead of the heads."""

@@ -52,6 +52,38 @@ def save_tiny_mixtral(folder: Path, kv_heads: int = 2) -> Path:
     return folder
 
 
+# Decoder families of transformers with their own TP plans, each with what sets it apart
+ARCHITECTURES: dict[str, dict[str, Any]] = {
+    "Qwen2": {},  # biases on q, k and v (column-parallel biases)
+    "Qwen3": {"head_dim": 16},  # RMSNorm over each head of q and k
+    "Gemma2": {"head_dim": 16},  # logit soft-capping, sliding-window layers, scaled embedding
+    "Olmo2": {},  # q/k gathered (`colwise_gather_output`), normed over all heads, re-split
+    "Starcoder2": {},  # LayerNorm, biases on the row-parallel projections
+    "Phi": {},  # partial rotary, a parallel attention/MLP block, dense biases
+    "Cohere": {},  # a parallel block, LayerNorm without bias, interleaved rotary
+}
+
+
+def save_tiny(folder: Path, architecture: str) -> Path:
+    """A random 2-layer `architecture`ForCausalLM of width 64 saved at `folder`."""
+    import transformers
+
+    config = getattr(transformers, f"{architecture}Config")(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=VOCAB,
+        max_position_embeddings=64,
+        tie_word_embeddings=False,
+        **ARCHITECTURES[architecture],
+    )
+    torch.manual_seed(0)
+    getattr(transformers, f"{architecture}ForCausalLM")(config).save_pretrained(folder)
+    return folder
+
+
 def load(
     checkpoint: Path,
     tp: int = 2,

@@ -1,0 +1,26 @@
+"""transformers' own decoder families beyond Llama, each loaded tensor parallel with the plan
+its config ships (`from_pretrained(..., distributed_config=DistributedConfig(tp_size=2))`)
+and proved equivalent to the same checkpoint on one device: biases added after a row-parallel
+reduction, q and k gathered for a norm over all heads and split again, parallel blocks,
+partial rotary, soft-capping."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from real_support import require
+
+require("transformers", "accelerate")
+
+from hf_llama import ARCHITECTURES, load, save_tiny, token_ids  # noqa: E402
+
+from scalify.api import check_equivalent  # noqa: E402
+
+
+@pytest.mark.parametrize("architecture", list(ARCHITECTURES))
+def test_each_family_with_its_own_plan_is_proved(tmp_path, architecture):
+    checkpoint = save_tiny(tmp_path / architecture, architecture)
+    baseline, model, mesh = load(checkpoint, 2, f"{architecture}ForCausalLM")
+    with torch.no_grad():
+        report = check_equivalent(baseline, model, mesh=mesh, example_inputs=(token_ids(),))
+    assert report.verdict == "equivalent", [s.reason for s in report.suspects[:2]]
