@@ -167,6 +167,9 @@ class _Mover:
             table_dim = d - index_rank + (d - index_rank >= a["dim"])
             below = self._deeper(node.operands[0], table_dim, s, e, like)
             return self._add(node, "take", (below, node.operands[1]), shape, a)
+        if op == "transpose":  # dim d of the result is dim perm[d] of the operand
+            below = self._deeper(node.operands[0], a["perm"][d], s, e, like)
+            return self._add(node, "transpose", (below,), shape, a)
         if op == "slice_at" and a["dim"] != d:
             below = self._deeper(node.operands[0], d, s, e, like)
             return self._add(node, "slice_at", (below, node.operands[1]), shape, a)

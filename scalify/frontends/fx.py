@@ -260,6 +260,32 @@ def _dtype_of(torch_dtype: Any) -> str:
     return _DTYPES.get(name, name)
 
 
+_UNINITIALISED = frozenset({"empty", "empty_like", "empty_permuted", "new_empty", "empty_strided"})
+
+
+def _writes_every_entry(destination: Any, indices: Any) -> bool:
+    """`torch.empty(n)[perm] = v` with perm the indices of a sort of n values: each entry
+    is written once, so what the uninitialised memory held is never read (transformers'
+    experts invert their sort so)."""
+    if not isinstance(indices, (list, tuple)) or len(indices) != 1:
+        return False
+    index, target = indices[0], getattr(destination, "target", None)
+    if target is None or _op_name(target)[1] not in _UNINITIALISED:
+        return False
+    if getattr(index, "target", None) is not operator.getitem or index.args[1] != 1:
+        return False
+    sort = index.args[0]
+    if _op_name(getattr(sort, "target", None))[1] != "sort":
+        return False
+    sorted_meta, destination_meta = sort.args[0].meta.get("val"), destination.meta.get("val")
+    return (
+        sorted_meta is not None
+        and destination_meta is not None
+        and sorted_meta.dim() == 1
+        and tuple(sorted_meta.shape) == tuple(destination_meta.shape)
+    )
+
+
 def _is_tensor_meta(value: Any) -> bool:
     return hasattr(value, "shape") and hasattr(value, "dtype")
 
@@ -831,6 +857,32 @@ class _Lowering:
         a, b = self.tensor(fx_node.args[0]), self.tensor(fx_node.args[1])
         return self.dot(a, b, (2,), (1,), shape, dtype, (0,), (0,))
 
+    def op__grouped_mm(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
+        """`_grouped_mm(x [S, K], w [G, K, N], offs)`: row i of x times the matrix of its
+        group, the groups being the runs of rows that `offs` (cumulative ends) delimits.
+        Read as a per-row lookup of the weight, `take(w, #{g : offs[g] <= i})`, and a dot
+        batched over the rows, so a weight split over K or N keeps its layout. Other
+        operand ranks, and a bias, stay opaque."""
+        args, kwargs = fx_node.args, fx_node.kwargs
+        x, w = self.tensor(args[0]), self.tensor(args[1])
+        offs = args[2] if len(args) > 2 else kwargs.get("offs")
+        if len(self.shape(x)) != 2 or len(self.shape(w)) != 3 or not self.is_node(offs):
+            raise _Unsupported("grouped_mm other than rows of a 2-D input by 3-D weights")
+        if (args[3] if len(args) > 3 else kwargs.get("bias")) is not None:
+            raise _Unsupported("grouped_mm with a bias")
+        ends = self.tensor(offs)
+        rows, groups = self.shape(x)[0], self.shape(w)[0]
+        table, int_type = (rows, groups), self.dtype(ends)
+        row = self.new("iota", (), table, int_type, {"dim": 0})
+        end = self.new("broadcast", (ends,), table, int_type, {"dims": (1,)})
+        passed = self.new("compare", (row, end), table, "pred", {"direction": "GE"})
+        counts = self.convert(passed, int_type)
+        group = self.new("reduce", (counts,), (rows,), int_type, {"dims": (1,), "op": "sum"})
+        per_row = self.new(
+            "take", (w, group), (rows, *self.shape(w)[1:]), self.dtype(w), {"dim": 0}
+        )
+        return self.dot(x, per_row, (1,), (1,), shape, dtype, (0,), (0,))
+
     def op_matmul(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
         """torch.matmul: vectors contract directly, a 2-D rhs contracts the lhs's last dim,
         and batched operands are broadcast to a common batch shape first."""
@@ -1159,6 +1211,15 @@ class _Lowering:
         added = self.dot(hot, v, dims, dims, shape, dtype, final=False)
         return self.new("add", (x, added), shape, dtype, final=True)
 
+    def permuted(self, index: int, values: Any, shape: tuple[int, ...], dtype: str) -> int:
+        """`out[p] = v` where p is a permutation of out's one dim: `one_hot(p)^T v`, every
+        entry of out written once, none read from what it held before."""
+        v = self.convert(self.tensor(values), dtype) if self.is_node(values) else None
+        if v is None or self.shape(v) != shape:
+            raise _Unsupported("a permutation scatter of other than one value per entry")
+        hot = self.convert(self.one_hot_of(index, 1, (*shape, shape[0])), dtype)
+        return self.dot(hot, v, (0,), (0,), shape, dtype)
+
     def one_hot_of(self, index: int, dim: int, shape: tuple[int, ...]) -> int:
         """`index == iota` along the new dim `dim` of `shape`, as `jax.nn.one_hot` lowers."""
         kept = tuple(d for d in range(len(shape)) if d != dim)
@@ -1196,6 +1257,8 @@ class _Lowering:
         accumulate = args[3] if len(args) > 3 else kwargs.get("accumulate", False)
         if isinstance(indices, (list, tuple)) and len(indices) == 2 and not accumulate:
             return self.row_entries_put(x, indices, args[2], shape, dtype)
+        if _writes_every_entry(args[0], indices) and not accumulate:
+            return self.permuted(self.tensor(indices[0]), args[2], shape, dtype)
         if accumulate and isinstance(indices, (list, tuple)) and len(indices) == 1:
             index = self.tensor(indices[0]) if self.is_node(indices[0]) else None
             if index is not None and self.dtype(index) != "pred":

@@ -61,6 +61,25 @@ ARCHITECTURES: dict[str, dict[str, Any]] = {
     "Starcoder2": {},  # LayerNorm, biases on the row-parallel projections
     "Phi": {},  # partial rotary, a parallel attention/MLP block, dense biases
     "Cohere": {},  # a parallel block, LayerNorm without bias, interleaved rotary
+    "Phi3": {"pad_token_id": 0},  # fused [q|k|v] and [gate|up] projections
+}
+
+# Mixture-of-experts families, run with their default experts (`grouped_mm`: tokens sorted by
+# expert, one grouped matmul per projection, the sort inverted by a scatter)
+MOE_ARCHITECTURES: dict[str, dict[str, Any]] = {
+    "Qwen3Moe": {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32},
+    "Qwen2Moe": {  # a shared expert beside the routed ones
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 32,
+        "shared_expert_intermediate_size": 64,
+    },
+    "GptOss": {  # biased experts, a clamped gated activation, attention sinks
+        "num_local_experts": 4,
+        "num_experts_per_tok": 2,
+        "head_dim": 16,
+        "layer_types": ["sliding_attention", "full_attention"],
+    },
 }
 
 
@@ -77,7 +96,7 @@ def save_tiny(folder: Path, architecture: str) -> Path:
         vocab_size=VOCAB,
         max_position_embeddings=64,
         tie_word_embeddings=False,
-        **ARCHITECTURES[architecture],
+        **{**ARCHITECTURES, **MOE_ARCHITECTURES}[architecture],
     )
     torch.manual_seed(0)
     getattr(transformers, f"{architecture}ForCausalLM")(config).save_pretrained(folder)

@@ -1,6 +1,7 @@
-"""transformers' own MixtralForCausalLM (its batched-matmul experts), loaded tensor parallel
-with its own plan: the experts' fused [gate | up] weight is `packed_colwise` (each device
-holds its block of gate and of up), which Scalify infers from how both programs cut it; the
+"""transformers' own mixture-of-experts models, loaded tensor parallel with their own plans:
+Mixtral with its batched-matmul experts, whose fused [gate | up] weight is `packed_colwise`
+(each device holds its block of gate and of up), which Scalify infers from how both programs
+cut it; Qwen3-MoE, Qwen2-MoE and gpt-oss with their default grouped-matmul experts; the
 experts' output left unreduced is caught."""
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from real_support import require
 
 require("transformers", "accelerate")
 
-from hf_llama import load, save_tiny_mixtral, token_ids  # noqa: E402
+from hf_llama import MOE_ARCHITECTURES, load, save_tiny, save_tiny_mixtral, token_ids  # noqa: E402
 
 from scalify.api import check_equivalent  # noqa: E402
 
@@ -53,3 +54,17 @@ def test_experts_left_unreduced_are_caught(checkpoints):
     first = report.suspects[0]
     assert "all-reduce over tp missing" in first.reason
     assert "transformers/integrations/moe.py" in first.reason
+
+
+@pytest.mark.parametrize("architecture", list(MOE_ARCHITECTURES))
+def test_grouped_experts_with_their_own_plan_are_proved(tmp_path, architecture):
+    """The default experts: tokens sorted by expert (`sort`, `histc`, `cumsum`), each
+    projection one `_grouped_mm` over the sorted rows, the sort undone by scattering into
+    `torch.empty`. The grouped matmul reads as a per-row lookup of the expert's weight, so a
+    weight split over its columns or rows keeps its layout; the scatter of a sort's
+    permutation writes every entry, so the uninitialised memory is never read."""
+    checkpoint = save_tiny(tmp_path / architecture, architecture)
+    baseline, model, mesh = load(checkpoint, 2, f"{architecture}ForCausalLM")
+    with torch.no_grad():
+        report = check_equivalent(baseline, model, mesh=mesh, example_inputs=(token_ids(),))
+    assert report.verdict == "equivalent", [s.reason for s in report.suspects[:2]]
