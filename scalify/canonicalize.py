@@ -195,6 +195,8 @@ def canonicalize(graph: Graph) -> Graph:
     for node in graph.nodes.values():
         if node.op == "dynamic_slice":
             _slice_along_one_dim(node, nodes)
+        if node.op == "dynamic_update_slice":
+            _update_along_one_dim(node, nodes)
         if node.op != "reshape":
             nodes[node.id] = node
             continue
@@ -271,6 +273,20 @@ def _slice_along_one_dim(node: Node, nodes: dict[int, Node]) -> None:
         return
     node.op, node.operands = "slice_at", (x, starts[d])
     node.attrs = {"dim": d, "size": sizes[d], "parts": operand.shape[d] // sizes[d]}
+
+
+def _update_along_one_dim(node: Node, nodes: dict[int, Node]) -> None:
+    """A dynamic-update-slice whose block spans every dim but one and starts at 0 in them
+    becomes `update_at(x, block, start)` along that dim (a scan stacking its outputs)."""
+    x, block, *starts = node.operands
+    moving = [d for d, s in enumerate(starts) if not _is_zero(nodes[s])]
+    if len(moving) != 1:
+        return
+    (d,) = moving
+    full = nodes[x].shape
+    if any(nodes[block].shape[j] != full[j] for j in range(len(full)) if j != d):
+        return
+    node.op, node.operands, node.attrs = "update_at", (x, block, starts[d]), {"dim": d}
 
 
 def _without_unit_dims(node: Node, operand: Node, node_id: int) -> Node | None:

@@ -179,15 +179,31 @@ class GraphEncoder:
             signature = node_signature(node, self.graph, self.mesh)
             self.signatures.setdefault(signature.key, signature)
             return f'(Op0 "rank_index" {egg_string(signature.key)})'
-        if not 1 <= arity <= 3:
+        if arity == 0:
             return f"(Leaf {egg_string(node.op + ':' + self.side)} {node.id})"
         signature = node_signature(node, self.graph, self.mesh, shape_free)
-        operands = " ".join(self.name(o) for o in node.operands)
+        if arity > 3:  # the widest term has 3 operands: the rest nest in an argument list
+            operands = " ".join(self.name(o) for o in node.operands[:2])
+            operands += " " + self._argument_list(node.operands[2:])
+            arity = 3
+        else:
+            operands = " ".join(self.name(o) for o in node.operands)
         axes = signature.attrs_s.get("axes", "")
         if node.op == "all_reduce" and "," in axes and not axes.startswith("groups"):
             return self._one_axis_at_a_time(signature, axes.split(","), operands)
         self.signatures.setdefault(signature.key, signature)
         return f"(Op{arity} {egg_string(node.op)} {egg_string(signature.key)} {operands})"
+
+    def _argument_list(self, operands: tuple[int, ...]) -> str:
+        """Operands past the third (a dynamic-update-slice's start indices), as nested
+        `_args` terms: two ops with equal operands still meet."""
+        if len(operands) == 1:
+            return self.name(operands[0])
+        if len(operands) <= 3:
+            names = " ".join(self.name(o) for o in operands)
+            return f'(Op{len(operands)} "_args" "" {names})'
+        head = " ".join(self.name(o) for o in operands[:2])
+        return f'(Op3 "_args" "" {head} {self._argument_list(operands[2:])})'
 
     def _one_axis_at_a_time(self, signature: Signature, axes: list[str], operand: str) -> str:
         """An all-reduce over several mesh axes is the all-reduces over each of them in turn
@@ -271,5 +287,5 @@ def vocabulary_facts(mesh: Mesh, graphs: list[Graph]) -> list[str]:
         for text in sorted(literals)
         if (value := _integer(text)) is not None
     ]
-    facts += [f"(Pure {egg_string(op)})" for op in sorted(ops - NOT_PURE)]
+    facts += [f"(Pure {egg_string(op)})" for op in sorted((ops | {"_args"}) - NOT_PURE)]
     return facts

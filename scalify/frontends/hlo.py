@@ -1387,6 +1387,9 @@ class _Lowering:
         elif opcode == "dynamic-slice":
             opcode = "dynamic_slice"
             attrs = {"sizes": _ints(self.attr(ins, "dynamic_slice_sizes") or "")}
+        elif opcode == "dynamic-update-slice":
+            opcode = "dynamic_update_slice"
+            attrs = {}
         elif opcode == "concatenate":
             attrs = {"dim": _ints(self.attr(ins, "dimensions") or "")[0]}
         elif opcode == "pad":

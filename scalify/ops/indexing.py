@@ -251,6 +251,47 @@ def _slice_at(node, args) -> np.ndarray:
     return np.take(args[0], range(start, start + size), axis=dim)
 
 
+# update_at: x with a block written at a computed offset along one dim
+
+
+def _update_at(node, args) -> np.ndarray:
+    """XLA's dynamic-update-slice along one dim: the start clamped so the block fits."""
+    dim = int(node.attrs["dim"])
+    starts = [args[2] if d == dim else 0 for d in range(args[0].ndim)]
+    return _dynamic_update_slice(node, [args[0], args[1], *starts])
+
+
+def _dynamic_update_slice(node, args) -> np.ndarray:
+    x, block = args[0], args[1]
+    starts = [
+        min(max(int(s), 0), n - k) for s, n, k in zip(args[2:], x.shape, block.shape, strict=True)
+    ]
+    out = np.array(x, copy=True)
+    out[tuple(slice(s, s + k) for s, k in zip(starts, block.shape, strict=True))] = block
+    return out
+
+
+def _update_at_maps(node, shapes, out_rank) -> list[list[int]]:
+    """x and the block keep every dim but the one written along; the offset has none."""
+    dim = int(node.attrs["dim"])
+    kept = [d if d != dim else -1 for d in range(out_rank)]
+    return [kept, kept, []]
+
+
+def _update_at_instance(b) -> int:
+    """A block written into x at a replicated offset along a random dim; x and the block
+    laid out at random, most often alike."""
+    rank = int(b.rng.integers(1, 4))
+    shape = tuple(b.size() for _ in range(rank))
+    dim = int(b.rng.integers(rank))
+    block = tuple(1 if d == dim else n for d, n in enumerate(shape))
+    layout = b.operand_layout(0, rank, b.layout(rank, allow_partial=False))
+    x = b.input(shape, "f32", layout)
+    u = b.input(block, "f32", b.operand_layout(1, rank, layout))
+    start = b.input((), "s32", ())
+    return b.op("update_at", (x, u, start), "f32", {"dim": dim})
+
+
 def device_slice(b) -> int:
     """A slice of x at offset k * ((partition id / s) % n), with s, n and k right for a random
     axis most of the time and wrong otherwise; x is replicated over the axis, or not."""
@@ -487,6 +528,16 @@ OPS = [
         generate=device_slice,
     ),
     OpSpec("dynamic_slice", key=attrs_and_shape_key, kernel=_dynamic_slice),
+    OpSpec("dynamic_update_slice", key=attrs_and_shape_key, kernel=_dynamic_update_slice),
+    OpSpec(
+        "update_at",
+        arity=(3,),
+        attrs={"dim": "I"},
+        key=int_attrs_key("dim"),
+        dim_map=_update_at_maps,
+        kernel=_update_at,
+        generate=_update_at_instance,
+    ),
     OpSpec(
         "gather",
         arity=(2,),

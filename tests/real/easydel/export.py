@@ -1,0 +1,110 @@
+"""EasyDeL's Llama, tiny and random, sharded by EasyDeL's own partition rules and partitioned
+by XLA, with both programs dumped for Scalify (the `*.hlo.gz` pairs beside this file).
+
+    python tests/real/easydel/export.py OUT --dims 1,1,1,2,1   # dp,fsdp,ep,tp,sp
+
+EasyDeL (0.3.0) pins its own flax and transformers and imports ray and the Google Cloud
+clients at start-up, so it lives in a venv of its own that reuses this one's jax and flax:
+
+    python -m venv --system-site-packages VENV
+    VENV/bin/pip install --no-deps easydel==0.3.0 eformer==0.0.99.12 ejkernel==0.0.78 \
+        ray google-cloud-storage google-cloud-core google-api-core google-auth \
+        google-resumable-media google-crc32c googleapis-common-protos proto-plus contextlib2 \
+        beartype chex toolz tblib mergedeep plum-dispatch braceexpand msgspec pyzmq \
+        partial-json-parser fastapi starlette uvicorn
+
+The model is built and sharded as EasyDeL's trainer does it: `sharding_axis_dims` over its
+`(dp, fsdp, ep, tp, sp)` mesh, `shard_model()`, `split_module()`, the forward jitted with the
+state's own shardings and the tokens split over (dp, fsdp) and sp. OUT gets `baseline.hlo`
+(XLA's module before SPMD partitioning) and `dist.hlo` (after: one device's program).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+from pathlib import Path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--dims", default="1,1,1,2,1", help="dp,fsdp,ep,tp,sp")
+    args = parser.parse_args()
+    dims = tuple(int(x) for x in args.dims.split(","))
+    devices = 1
+    for size in dims:
+        devices *= size
+    dump = args.out / "dump"
+    shutil.rmtree(dump, ignore_errors=True)
+    os.environ["XLA_FLAGS"] = (
+        f"--xla_force_host_platform_device_count={devices} "
+        f"--xla_dump_to={dump} --xla_dump_hlo_pass_re=spmd-partitioning"
+    )
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    _export(dims)
+    files = sorted(dump.glob("*jit_forward*"))
+    (before,) = [p for p in files if "before_spmd-partitioning" in p.name]
+    (after,) = [p for p in files if "after_spmd-partitioning" in p.name]
+    shutil.copy(before, args.out / "baseline.hlo")
+    shutil.copy(after, args.out / "dist.hlo")
+
+
+def _export(dims: tuple[int, ...]) -> None:
+    import easydel as ed
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from flax import nnx
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    # importing easydel appends GPU flags that a CPU-only jaxlib rejects as unknown
+    flags = os.environ["XLA_FLAGS"].split()
+    os.environ["XLA_FLAGS"] = " ".join(f for f in flags if not f.startswith("--xla_gpu"))
+    # ejkernel turns on the persistent compilation cache: a cached program is not compiled
+    # again, and so not dumped
+    jax.config.update("jax_enable_compilation_cache", False)
+    config = ed.LlamaConfig(
+        vocab_size=256,
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=8,
+        num_key_value_heads=4,
+        max_position_embeddings=64,
+        sharding_axis_dims=dims,
+        sharding_axis_names=("dp", "fsdp", "ep", "tp", "sp"),
+        attn_mechanism="vanilla",
+        attn_dtype=jnp.float32,
+    )
+    model = ed.LlamaForCausalLM(
+        config=config,
+        dtype=jnp.float32,
+        param_dtype=jnp.float32,
+        precision=jax.lax.Precision.HIGHEST,
+        rngs=nnx.Rngs(0),
+    )
+    mesh = model.mesh
+    with mesh:
+        model = model.shard_model()
+        graphdef, graphstate, graphother = model.split_module()
+        state_shardings = jax.tree_util.tree_map(lambda x: x.sharding, graphstate)
+        other_shardings = jax.tree_util.tree_map(lambda x: x.sharding, graphother)
+        axes = config.partition_axis
+        tokens_sharding = NamedSharding(mesh, P(axes.batch_axis, axes.sequence_axis))
+        tokens = np.random.RandomState(0).randint(1, 256, (2, 16)).astype(np.int32)
+        tokens = jax.device_put(tokens, tokens_sharding)
+
+        def forward(graphstate, graphother, input_ids):
+            module = nnx.merge(graphdef, graphstate, graphother)
+            module.eval()
+            return module(input_ids=input_ids).logits
+
+        jitted = jax.jit(forward, in_shardings=(state_shardings, other_shardings, tokens_sharding))
+        jitted.lower(graphstate, graphother, tokens).compile()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,49 @@
+"""EasyDeL's Llama (a JAX LLM library from the package index), sharded by its own partition
+rules and partitioned by XLA's SPMD partitioner: the per-device program proved equivalent to
+the global one at tensor 2 and 4, and an all-reduce taken out of the partitioned program
+caught. The programs are the `easydel/*.hlo.gz` pairs that `easydel/export.py` dumps (EasyDeL
+needs a venv of its own; see there): the default forward, whose positions come from a scan
+that stacks its outputs with a dynamic-update-slice."""
+
+from __future__ import annotations
+
+import gzip
+import re
+from pathlib import Path
+
+import pytest
+
+from scalify.verify import verify_files
+
+HERE = Path(__file__).resolve().parent / "easydel"
+RULES = Path(__file__).resolve().parents[2] / "rules"
+
+
+@pytest.mark.parametrize("tp", [2, 4])
+def test_the_partitioned_llama_is_proved(tp):
+    report = verify_files(
+        str(HERE / f"tp{tp}_baseline.hlo.gz"),
+        str(HERE / f"tp{tp}_dist.hlo.gz"),
+        RULES,
+        mesh=f"dp=1,fsdp=1,ep=1,tp={tp},sp=1",
+    )
+    assert report.verdict == "equivalent", [(s.node, s.reason) for s in report.suspects[:2]]
+
+
+def test_an_all_reduce_taken_out_is_caught(tmp_path):
+    """The first all-reduce of the program (completing an RMSNorm's sum of squares over the
+    tensor devices) replaced by its operand."""
+    text = gzip.decompress((HERE / "tp2_dist.hlo.gz").read_bytes()).decode()
+    reduction = re.compile(r"all-reduce\((%[\w.\-]+)\), channel_id=\d+, replica_groups=[^\n]*?")
+    first = reduction.search(text)
+    assert first is not None
+    line_end = text.index("\n", first.start())
+    line = text[first.start() : line_end]
+    broken_line = re.sub(r"all-reduce\((%[\w.\-]+)\).*?(?=, metadata=)", r"copy(\1)", line)
+    broken = tmp_path / "dist.hlo"
+    broken.write_text(text[: first.start()] + broken_line + text[line_end:])
+    report = verify_files(
+        str(HERE / "tp2_baseline.hlo.gz"), str(broken), RULES, mesh="dp=1,fsdp=1,ep=1,tp=2,sp=1"
+    )
+    assert report.verdict == "not_equivalent"
+    assert "all-reduce over tp missing" in report.suspects[0].reason, report.suspects[0].reason
