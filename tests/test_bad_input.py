@@ -177,3 +177,21 @@ def test_a_gzipped_graph_that_is_no_gzip_is_refused(cli, tmp_path):
     bad = tmp_path / "graph.hlo.gz"
     bad.write_text("HloModule not_compressed\n")
     assert_clean_error(cli("verify", BASE, str(bad)), "graph.hlo.gz", "cannot read graph file")
+
+
+def test_a_shard_map_region_in_an_unpartitioned_program_is_refused(cli, tmp_path):
+    """A global program holding a manual region (EasyDeL's shard_map attention) changes
+    shapes at SPMDFullToShardShape; Scalify does not read such a program and says so."""
+    manual = tmp_path / "manual.hlo"
+    manual.write_text(
+        "HloModule m\n"
+        "ENTRY main {\n"
+        "  x = f32[8,16] parameter(0), sharding={devices=[1,2]<=[2]}\n"
+        '  l = f32[8,8] custom-call(x), custom_call_target="SPMDFullToShardShape", '
+        "sharding={manual}\n"
+        '  ROOT g = f32[8,16] custom-call(l), custom_call_target="SPMDShardToFullShape", '
+        "sharding={devices=[1,2]<=[2]}\n"
+        "}\n"
+    )
+    result = cli("verify", str(manual), str(manual), "--mesh", "tp=2")
+    assert_clean_error(result, "manual.hlo:4:3", "SPMDFullToShardShape", "shard_map")
