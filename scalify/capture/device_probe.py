@@ -67,17 +67,25 @@ def root_mesh(meshes: list[Any]) -> Any | None:
 
 @contextmanager
 def as_device(meshes: list[Any], rank: int) -> Iterator[None]:
-    """This process is global rank `rank`: for every mesh in `meshes` (its coordinates) and
-    for `torch.distributed.get_rank` wherever a loaded module holds it (the rank in a group,
-    as Megatron and torchtitan read it). A `ProcessGroup.rank()` call still says 0."""
+    """This process is global rank `rank`: for every mesh in `meshes` (its coordinates), for
+    `torch.distributed.get_rank` wherever a loaded module holds it, and for
+    `ProcessGroup.rank()` (the rank in a group, as Megatron and torchtitan read it)."""
     import torch.distributed.distributed_c10d as c10d
 
     original = c10d.get_rank
+    group_type = c10d.ProcessGroup
+    original_group_rank = group_type.__dict__["rank"]
 
     def get_rank(group: Any = None) -> int:
         if group is None or group is c10d.GroupMember.WORLD:
             return rank
         return c10d.get_group_rank(group, rank)
+
+    def group_rank(group: Any) -> int:
+        try:
+            return get_rank(group)
+        except (ValueError, RuntimeError):  # a group this device is not in
+            return original_group_rank(group)
 
     holders = [
         m
@@ -91,8 +99,10 @@ def as_device(meshes: list[Any], rank: int) -> Iterator[None]:
             m._coordinate_on_dim = tuple(found[0].tolist()) if len(found) else None
         for module in holders:
             module.get_rank = get_rank
+        group_type.rank = group_rank
         yield
     finally:
+        group_type.rank = original_group_rank
         for m, coordinate in zip(meshes, saved, strict=True):
             m._coordinate_on_dim = coordinate
         for module in holders:
@@ -129,6 +139,28 @@ def trace_on_devices(
     others: dict[Probe, torch.fx.GraphModule] = {}
     for rank, coords in probe_ranks(shape).items():
         with as_device(meshes, rank):
+            others[coords] = make()
+    differences = _differences(gm, others)
+    if differences:
+        _substitute(gm, differences, shape)
+    return gm
+
+
+def trace_per_device(
+    make: Callable[[], torch.fx.GraphModule], shape: tuple[int, ...]
+) -> torch.fx.GraphModule:
+    """`make()` run as each probed device of a job of `shape` (row-major ranks), with every
+    number that depends on the device replaced by its expression over the coordinates.
+
+    For code that reads its rank when it is built rather than when it runs, with no
+    DeviceMesh to tell (Megatron's `VocabParallelEmbedding` keeps its vocabulary range as
+    numbers): `make` builds the module and traces it, and each device's build sees its own
+    rank through `torch.distributed.get_rank`. The weights, its own per device, are inputs."""
+    with as_device([], 0):
+        gm = make()
+    others: dict[Probe, torch.fx.GraphModule] = {}
+    for rank, coords in probe_ranks(shape).items():
+        with as_device([], rank):
             others[coords] = make()
     differences = _differences(gm, others)
     if differences:
@@ -195,7 +227,10 @@ def _same_node(gm, other, mine, their, index, their_index, picks=None) -> None:
     if mine.op == "get_attr":
         a, b = _attr(gm, mine.target), _attr(other, their.target)
         if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
-            if a.shape != b.shape or (a.data_ptr() != b.data_ptr() and not torch.equal(a, b)):
+            weights = isinstance(a, torch.nn.Parameter) and isinstance(b, torch.nn.Parameter)
+            if a.shape != b.shape:
+                raise _Mismatch("a tensor constant of another shape")
+            if not weights and a.data_ptr() != b.data_ptr() and not torch.equal(a, b):
                 raise _Mismatch("a tensor constant with other values")
     va, vb = mine.meta.get("val"), their.meta.get("val")
     if isinstance(va, torch.Tensor) and isinstance(vb, torch.Tensor):

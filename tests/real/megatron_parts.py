@@ -1,0 +1,170 @@
+"""Megatron-core's own tensor-parallel layers on the CPU, verified by Scalify: the same
+layers built at tensor-parallel size 1 (the baseline) and N, each traced in its own
+process-group state, and the report written as JSON.
+
+    python tests/real/megatron_parts.py REPORT.json --part mlp --tp 2 [--sequence-parallel]
+        [--grad] [--bug NAME]
+
+Megatron's layers run with a fake process group (`torch.distributed`'s `fake` backend: its
+collectives return their input, only the graph's shapes and ops matter), and
+`use_cpu_initialization`. Each part is traced the way a user calls it, with its weights as
+the module's own parameters.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import warnings
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+SEQ, BATCH, HIDDEN, FFN, VOCAB = 8, 2, 16, 32, 64
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--part", choices=["mlp", "embedding"], default="mlp")
+    parser.add_argument("--tp", type=int, default=2)
+    parser.add_argument("--sequence-parallel", action="store_true")
+    parser.add_argument("--grad", action="store_true", help="forward and backward")
+    parser.add_argument("--bug", default="")
+    parser.add_argument(
+        "--outputs", default="", help="layouts of the outputs, `;`-separated (empty: inferred)"
+    )
+    args = parser.parse_args()
+    warnings.filterwarnings("ignore")
+    _cpu_buffers()
+    from scalify.compiler.compile import compile_rule_dir
+
+    from scalify.cli import default_rules_dir
+    from scalify.mesh import parse_mesh
+    from scalify.relations import RelationsFile
+    from scalify.verify import verify_graphs
+
+    baseline, parallel = _graph_at(1, args), _graph_at(args.tp, args)
+    rules = compile_rule_dir(default_rules_dir())
+    stated = [layout or None for layout in args.outputs.split(";")] if args.outputs else None
+    # a layer on sequence shards returns sequence shards: unstated outputs take the layout
+    # their shapes give, as inputs do
+    given = RelationsFile("<megatron_parts>", None, {}, stated, infer_outputs=True)
+    report = verify_graphs(baseline, parallel, rules, parse_mesh(f"tp={args.tp}"), given)
+    args.out.write_text(json.dumps(report.to_dict()))
+
+
+def _cpu_buffers() -> None:
+    """Megatron takes the scratch buffers of sequence parallelism's all-gathers from
+    `torch.cuda.current_device()`; on a machine without CUDA they live on the CPU."""
+    torch.cuda.current_device = lambda: "cpu"
+
+
+def _graph_at(tp: int, args):
+    """The part built and traced at tensor-parallel size `tp` (rank 0's program)."""
+    from megatron.core import parallel_state
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    from scalify.canonicalize import canonicalize
+    from scalify.capture.device_probe import trace_per_device
+    from scalify.capture.fx_trace import trace
+    from scalify.frontends.fx import graph_from_fx
+
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=tp)
+    parallel_state.initialize_model_parallel(
+        tensor_model_parallel_size=tp, create_gloo_process_groups=False
+    )
+
+    def make():
+        parallel_state.destroy_global_memory_buffer()  # a cached buffer of the last trace
+        parallel_state._set_global_memory_buffer()
+        torch.manual_seed(0)
+        step, inputs = _PARTS[args.part](tp, args)
+        return trace(step, inputs)
+
+    try:
+        # Megatron reads the rank when it builds a layer (a vocabulary range, say): each
+        # device's program is built and traced as that device
+        gm = trace_per_device(make, (tp,)) if tp > 1 else make()
+        graph = canonicalize(graph_from_fx(gm, f"{args.part}@tp{tp}", world_size=tp))
+        graph.output_inputs = dict(gm.meta.get("output_inputs", {}))
+        return graph
+    finally:
+        parallel_state.destroy_model_parallel()
+        dist.destroy_process_group()
+
+
+def _config(tp: int, args):
+    from megatron.core.transformer import TransformerConfig
+
+    return TransformerConfig(
+        num_layers=1,
+        hidden_size=HIDDEN,
+        ffn_hidden_size=FFN,
+        num_attention_heads=4,
+        use_cpu_initialization=True,
+        tensor_model_parallel_size=tp,
+        sequence_parallel=args.sequence_parallel and tp > 1,
+    )
+
+
+def _mlp(tp: int, args):
+    """ColumnParallelLinear -> gelu -> RowParallelLinear, as Megatron's MLP wires them."""
+    from megatron.core.tensor_parallel import ColumnParallelLinear, RowParallelLinear
+
+    config = _config(tp, args)
+    init = torch.nn.init.xavier_normal_
+    bug = args.bug if tp > 1 else ""
+    model = torch.nn.Module()
+    model.fc1 = ColumnParallelLinear(
+        HIDDEN, FFN, config=config, init_method=init, bias=True, gather_output=False
+    )
+    model.fc2 = RowParallelLinear(
+        FFN,
+        HIDDEN,
+        config=config,
+        init_method=init,
+        bias=True,
+        input_is_parallel=True,
+        # an expert's projection leaves its reduction to the expert dispatcher, and its bias
+        # to the caller
+        is_expert=bug == "row_parallel_as_expert",
+        skip_bias_add=bug == "row_parallel_as_expert",
+    )
+    weights = list(model.parameters())
+
+    def step(x):
+        h, _ = model.fc1(x)
+        y, bias = model.fc2(torch.nn.functional.gelu(h))
+        if bias is not None:  # skip_bias_add: the caller adds it (Megatron fuses it later)
+            y = y + bias
+        if not args.grad:
+            return y
+        y.square().sum().backward()
+        return y, [w.grad for w in weights]
+
+    seq = SEQ // tp if config.sequence_parallel else SEQ
+    return step, (torch.randn(seq, BATCH, HIDDEN),)
+
+
+def _embedding(tp: int, args):
+    """VocabParallelEmbedding: each device looks up its block of the vocabulary."""
+    from megatron.core.tensor_parallel import VocabParallelEmbedding
+
+    config = _config(tp, args)
+    table = VocabParallelEmbedding(
+        VOCAB, HIDDEN, init_method=torch.nn.init.xavier_normal_, config=config
+    )
+
+    def step(tokens):
+        return table(tokens)
+
+    return step, (torch.randint(0, VOCAB, (BATCH, SEQ)),)
+
+
+_PARTS = {"mlp": _mlp, "embedding": _embedding}
+
+
+if __name__ == "__main__":
+    main()
