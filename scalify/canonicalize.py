@@ -7,9 +7,12 @@ noise. Every rewrite is an identity, so the graph's meaning is unchanged.
 
 from __future__ import annotations
 
+import math
+
 from .all_to_all import fold_tiled_all_to_all
 from .block_lookup import fold_block_lookups
 from .device_tables import fold_device_tables
+from .errors import ScalifyError
 from .int_ranges import fold_int_ranges, is_int_dtype
 from .ir import Graph, Node, feeding
 from .literal_folding import fold_literals
@@ -201,6 +204,14 @@ def canonicalize(graph: Graph) -> Graph:
             nodes[node.id] = node
             continue
         operand = nodes[node.operands[0]]
+        if math.prod(operand.shape) != math.prod(node.shape):
+            raise ScalifyError(
+                f"reshape `{node.name}`{_at(node)} turns {list(operand.shape)} into "
+                f"{list(node.shape)}, another number of elements: the program's shapes "
+                "disagree (a manual shard_map region in a program that is not yet "
+                "partitioned, read as global?)",
+                graph.path,
+            )
         steps = _decompose_reshape(node, operand, next_id)
         next_id += len(steps)
         for step in steps:
@@ -238,6 +249,10 @@ def _reshapes_several_groups(source: tuple[int, ...], target: tuple[int, ...]) -
         return False
     groups = reshape_groups(source, target)
     return sum(len(si) > 1 or len(sj) > 1 for si, sj in groups) > 1
+
+
+def _at(node: Node) -> str:
+    return f" ({node.loc.file}:{node.loc.line})" if node.loc and node.loc.file else ""
 
 
 def _prune(graph: Graph) -> Graph:

@@ -1707,16 +1707,6 @@ class _Lowering:
             if target == "xla.sdy.LocalToGlobalShape":
                 self.record_out_shardings(ins, vals)
             if len(vals) == 1 and isinstance(ins.shape, _Array):
-                if isinstance(vals[0], int) and self.nodes[vals[0]].shape != ins.shape.dims:
-                    raise self.error(
-                        f"custom call {target} changes the shape "
-                        f"{list(self.nodes[vals[0]].shape)} to {list(ins.shape.dims)}: a "
-                        "manual (shard_map) region inside a program that is not yet "
-                        "partitioned, which Scalify does not read; export the program "
-                        "without shard_map, or verify the shard_map program against a "
-                        "baseline of its own",
-                        ins.token,
-                    )
                 return vals[0]
             return tuple(vals)
         if target == "xla.sdy.GlobalToLocalShape":
