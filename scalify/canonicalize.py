@@ -431,6 +431,15 @@ def _fold(graph: Graph) -> Graph:
             if is_identity(node, nodes[node.operands[0]]):
                 alias[node.id] = node.operands[0]
                 return
+        if node.op == "broadcast" and inner is not None and inner.op == "broadcast":
+            # one broadcast, composed: a mask broadcast to the KV heads, then to the query
+            # heads of each, is one broadcast of the mask (whose term is the same whatever
+            # share of the heads a device holds)
+            node.operands = inner.operands
+            node.attrs = {
+                **node.attrs,
+                "dims": tuple(node.attrs["dims"][d] for d in inner.attrs["dims"]),
+            }
         if node.op == "reshape" and nodes[operands[0]].op == "reshape":
             node.operands = nodes[operands[0]].operands
             if node.shape == nodes[node.operands[0]].shape:

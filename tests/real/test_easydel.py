@@ -3,7 +3,7 @@ rules and partitioned by XLA's SPMD partitioner: the per-device program proved e
 the global one at tensor 2 and 4, and an all-reduce taken out of the partitioned program
 caught. The programs are the `easydel/*.hlo.gz` pairs that `easydel/export.py` dumps (EasyDeL
 needs a venv of its own; see there): the default forward, whose positions come from a scan
-that stacks its outputs with a dynamic-update-slice."""
+that stacks its outputs with a dynamic-update-slice, and one given a mask and positions."""
 
 from __future__ import annotations
 
@@ -19,11 +19,14 @@ HERE = Path(__file__).resolve().parent / "easydel"
 RULES = Path(__file__).resolve().parents[2] / "rules"
 
 
-@pytest.mark.parametrize("tp", [2, 4])
-def test_the_partitioned_llama_is_proved(tp):
+@pytest.mark.parametrize("case", ["tp2", "tp4", "tp2_mask", "tp4_mask"])
+def test_the_partitioned_llama_is_proved(case):
+    """`_mask`: given an attention mask and positions, as training batches pass them; the
+    mask is broadcast to each device's KV heads and then to the query heads of each."""
+    tp = int(case[2])
     report = verify_files(
-        str(HERE / f"tp{tp}_baseline.hlo.gz"),
-        str(HERE / f"tp{tp}_dist.hlo.gz"),
+        str(HERE / f"{case}_baseline.hlo.gz"),
+        str(HERE / f"{case}_dist.hlo.gz"),
         RULES,
         mesh=f"dp=1,fsdp=1,ep=1,tp={tp},sp=1",
     )

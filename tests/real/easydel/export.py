@@ -1,7 +1,10 @@
 """EasyDeL's Llama, tiny and random, sharded by EasyDeL's own partition rules and partitioned
 by XLA, with both programs dumped for Scalify (the `*.hlo.gz` pairs beside this file).
 
-    python tests/real/easydel/export.py OUT --dims 1,1,1,2,1   # dp,fsdp,ep,tp,sp
+    python tests/real/easydel/export.py OUT --dims 1,1,1,2,1 [--mask]   # dp,fsdp,ep,tp,sp
+
+`--mask`: the forward is also given `attention_mask` and `position_ids`, as training batches
+pass them (the `*_mask_*` pairs); without, EasyDeL computes the positions with a scan.
 
 EasyDeL (0.3.0) pins its own flax and transformers and imports ray and the Google Cloud
 clients at start-up, so it lives in a venv of its own that reuses this one's jax and flax:
@@ -31,6 +34,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
     parser.add_argument("--dims", default="1,1,1,2,1", help="dp,fsdp,ep,tp,sp")
+    parser.add_argument("--mask", action="store_true", help="pass attention_mask, position_ids")
     args = parser.parse_args()
     dims = tuple(int(x) for x in args.dims.split(","))
     devices = 1
@@ -43,7 +47,7 @@ def main() -> None:
         f"--xla_dump_to={dump} --xla_dump_hlo_pass_re=spmd-partitioning"
     )
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
-    _export(dims)
+    _export(dims, args.mask)
     files = sorted(dump.glob("*jit_forward*"))
     (before,) = [p for p in files if "before_spmd-partitioning" in p.name]
     (after,) = [p for p in files if "after_spmd-partitioning" in p.name]
@@ -51,7 +55,7 @@ def main() -> None:
     shutil.copy(after, args.out / "dist.hlo")
 
 
-def _export(dims: tuple[int, ...]) -> None:
+def _export(dims: tuple[int, ...], mask: bool) -> None:
     import easydel as ed
     import jax
     import jax.numpy as jnp
@@ -96,14 +100,25 @@ def _export(dims: tuple[int, ...]) -> None:
         tokens_sharding = NamedSharding(mesh, P(axes.batch_axis, axes.sequence_axis))
         tokens = np.random.RandomState(0).randint(1, 256, (2, 16)).astype(np.int32)
         tokens = jax.device_put(tokens, tokens_sharding)
+        extra = ()
+        if mask:
+            ones = np.ones((2, 16), np.bool_)
+            positions = np.broadcast_to(np.arange(16, dtype=np.int32), (2, 16)).copy()
+            extra = tuple(jax.device_put(a, tokens_sharding) for a in (ones, positions))
 
-        def forward(graphstate, graphother, input_ids):
+        def forward(graphstate, graphother, input_ids, *extra):
             module = nnx.merge(graphdef, graphstate, graphother)
             module.eval()
+            if extra:
+                attention_mask, position_ids = extra
+                return module(
+                    input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids
+                ).logits
             return module(input_ids=input_ids).logits
 
-        jitted = jax.jit(forward, in_shardings=(state_shardings, other_shardings, tokens_sharding))
-        jitted.lower(graphstate, graphother, tokens).compile()
+        shardings = (state_shardings, other_shardings) + (tokens_sharding,) * (1 + len(extra))
+        jitted = jax.jit(forward, in_shardings=shardings)
+        jitted.lower(graphstate, graphother, tokens, *extra).compile()
 
 
 if __name__ == "__main__":
