@@ -19,16 +19,25 @@ HERE = Path(__file__).resolve().parent / "easydel"
 RULES = Path(__file__).resolve().parents[2] / "rules"
 
 
-@pytest.mark.parametrize("case", ["tp2", "tp4", "tp2_mask", "tp4_mask"])
+CASES = {  # the stored pair -> EasyDeL's mesh (dp, fsdp, ep, tp, sp)
+    "tp2": "dp=1,fsdp=1,ep=1,tp=2,sp=1",
+    "tp4": "dp=1,fsdp=1,ep=1,tp=4,sp=1",
+    "tp2_mask": "dp=1,fsdp=1,ep=1,tp=2,sp=1",
+    "tp4_mask": "dp=1,fsdp=1,ep=1,tp=4,sp=1",
+    # the batch over fsdp, the weights over fsdp and tp
+    "fsdp2_tp2_mask": "dp=1,fsdp=2,ep=1,tp=2,sp=1",
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
 def test_the_partitioned_llama_is_proved(case):
     """`_mask`: given an attention mask and positions, as training batches pass them; the
     mask is broadcast to each device's KV heads and then to the query heads of each."""
-    tp = int(case[2])
     report = verify_files(
         str(HERE / f"{case}_baseline.hlo.gz"),
         str(HERE / f"{case}_dist.hlo.gz"),
         RULES,
-        mesh=f"dp=1,fsdp=1,ep=1,tp={tp},sp=1",
+        mesh=CASES[case],
     )
     assert report.verdict == "equivalent", [(s.node, s.reason) for s in report.suspects[:2]]
 
