@@ -226,6 +226,17 @@ def canonicalize(graph: Graph) -> Graph:
             for step in alternative:
                 nodes[step.id] = step
             graph.equalities.append((node.id, alternative[-1].id))
+        kept = _kept_dims(operand.shape, node.shape)
+        if kept is not None:
+            # `x.reshape(b, 1, s)` inserts a unit dim: also a broadcast, which carries a shard
+            # of the dim beside it on to its own place (a split would put it on the unit dim)
+            alternative = Node(
+                next_id, "broadcast", (operand.id,), node.shape, node.dtype, {"dims": kept},
+                node.loc, f"{node.name}.unit", node.framework_op,
+            )  # fmt: skip
+            nodes[alternative.id] = alternative
+            next_id += 1
+            graph.equalities.append((node.id, alternative.id))
         if _reshapes_several_groups(operand.shape, node.shape):
             # `x.view(B, S, H * D).view(B * S, H * D)` passes through a value that the
             # reshape at once, merged from the first group, never makes: both orders enter
@@ -241,6 +252,17 @@ def canonicalize(graph: Graph) -> Graph:
     graph.nodes = nodes
     add_views_through_broadcasts(graph)
     return _prune(graph)
+
+
+def _kept_dims(source: tuple[int, ...], target: tuple[int, ...]) -> tuple[int, ...] | None:
+    """Where each source dim lands when a reshape only inserts size-1 dims into a shape
+    that has none (so the placement is unambiguous); None for any other reshape."""
+    if 1 in source or len(target) <= len(source):
+        return None
+    kept = tuple(d for d, n in enumerate(target) if n != 1)
+    if tuple(target[d] for d in kept) != source:
+        return None
+    return kept
 
 
 def _reshapes_several_groups(source: tuple[int, ...], target: tuple[int, ...]) -> bool:
