@@ -69,8 +69,8 @@ def _placement_layouts(placed: list[Any], dist: Any, mesh: Mesh) -> dict[int, st
     DTensors (output_relations reads them unless the stated relations say otherwise)."""
     from .capture.placements import placement_layout
 
-    ranks = [len(dist.node(o).shape) for o in dist.outputs]
-    layouts = [placement_layout(p, rank, mesh) for p, rank in zip(placed, ranks, strict=False)]
+    shapes = [dist.node(o).shape for o in dist.outputs]
+    layouts = [placement_layout(p, s, mesh) for p, s in zip(placed, shapes, strict=False)]
     return {i: layout for i, layout in enumerate(layouts) if layout}
 
 

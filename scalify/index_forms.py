@@ -32,8 +32,14 @@ class IndexReader:
     predicates "index in block coord" among them, and what holds inside such a block."""
 
     def __init__(self, graph: Graph) -> None:
-        self.nodes = graph.nodes
+        self.graph = graph
         self.forms: dict[int, Affine | None] = {}
+
+    @property
+    def nodes(self) -> dict[int, Node]:
+        """The graph's nodes as they are now: while `replace_nodes` runs, they include the
+        nodes made so far, which later operands may name."""
+        return self.graph.nodes
 
     def decide(self, node_id: int, block: Block) -> bool | None:
         """The predicate's value at every element whose index is inside the block, when the

@@ -39,6 +39,9 @@ def fold_literals(graph: Graph) -> None:
             if test in ("true", "false"):
                 alias[node.id] = node.operands[1] if test == "true" else node.operands[2]
                 continue
+        if node.op == "add" and (kept := _added_to_zero(node, nodes)) is not None:
+            alias[node.id] = kept  # x + 0 (a gradient accumulated into fresh zeros)
+            continue
         literal = folded_literal(node, nodes)
         if literal is None:
             nodes[node.id] = node
@@ -65,6 +68,25 @@ def fold_literals(graph: Graph) -> None:
     graph.outputs = [alias.get(o, o) for o in graph.outputs]
     graph.equalities = [(alias.get(a, a), alias.get(b, b)) for a, b in graph.equalities]
     graph.output_shardings = {alias.get(k, k): v for k, v in graph.output_shardings.items()}
+
+
+def _added_to_zero(node: Node, nodes: dict[int, Node]) -> int | None:
+    """The operand of `x + 0` that is x, when x has the sum's shape and type."""
+    for zero, other in (node.operands, node.operands[::-1]):
+        kept = nodes[other]
+        if kept.shape != node.shape or kept.dtype != node.dtype:
+            continue
+        value = fill_value(nodes[zero], nodes)
+        if value is not None and _is_zero_text(value):
+            return other
+    return None
+
+
+def _is_zero_text(value: str) -> bool:
+    try:
+        return float(value) == 0.0
+    except ValueError:
+        return False
 
 
 def fill_value(node: Node, nodes: dict[int, Node]) -> str | None:

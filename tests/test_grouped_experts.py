@@ -5,6 +5,7 @@ computes (the simulator against eager), and the sort undone by scattering into
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from scalify.canonicalize import canonicalize
@@ -13,9 +14,14 @@ from scalify.frontends.fx import graph_from_fx
 from scalify.simulate.spmd import run_baseline
 
 
-def test_a_grouped_matmul_matches_eager():
+@pytest.mark.parametrize(
+    "x_shape, w_shape",
+    [((12, 8), (3, 8, 4)), ((8, 12), (12, 4))],
+    ids=["rows_by_group_weights", "weight_gradient_per_group"],
+)
+def test_a_grouped_matmul_matches_eager(x_shape, w_shape):
     torch.manual_seed(0)
-    x, w = torch.randn(12, 8), torch.randn(3, 8, 4)
+    x, w = torch.randn(*x_shape), torch.randn(*w_shape)
     offsets = torch.tensor([5, 5, 12], dtype=torch.int32)  # an empty group in the middle
 
     def grouped(x, offsets, w):

@@ -47,7 +47,7 @@ def tensor_leaves(
     return tuple(out)
 
 
-def placement_text(placed: Placed, rank: int) -> str | None:
+def placement_text(placed: Placed, local_shape: tuple[int, ...]) -> str | None:
     """The layout of a DTensor output over its own mesh's dim names (`shard(2, tp)`), for a
     file read later against a mesh of those names; None for a plain tensor."""
     if placed is None:
@@ -56,23 +56,24 @@ def placement_text(placed: Placed, rank: int) -> str | None:
     if len(names) != len(shape):
         raise ScalifyError("a DTensor output on a device mesh without dim names")
     own = Mesh(tuple((name, size) for name, size in zip(names, shape, strict=True) if size > 1))
-    return placement_layout(placed, rank, own)
+    return placement_layout(placed, local_shape, own)
 
 
-def placement_layout(placed: Placed, rank: int, mesh: Mesh) -> str | None:
-    """The layout string of a DTensor output of `rank` dims on `mesh` (None: not a DTensor,
-    the default applies)."""
+def placement_layout(placed: Placed, local_shape: tuple[int, ...], mesh: Mesh) -> str | None:
+    """The layout string of a DTensor output of local shape `local_shape` on `mesh` (None:
+    not a DTensor, the default applies)."""
     if placed is None:
         return None
     placements, names, shape = placed
+    rank = len(local_shape)
     parts: list[str] = []
     for i, placement in enumerate(placements):
         if shape[i] == 1 or placement.is_replicate():
             continue
         axis = _axis(names[i] if i < len(names) else None, shape[i], mesh)
         if type(placement).__name__ == "_StridedShard":
-            raise ScalifyError(f"an output placed {placement}: strided shards are not read yet")
-        if placement.is_shard():
+            parts.append(_strided(placement, local_shape, shape[i], axis))
+        elif placement.is_shard():
             parts.append(f"shard({placement.dim % rank}, {axis})")
         elif placement.is_partial():
             op = str(getattr(placement, "reduce_op", "sum")).lower()
@@ -82,6 +83,19 @@ def placement_layout(placed: Placed, rank: int, mesh: Mesh) -> str | None:
         else:
             raise ScalifyError(f"an output placed {placement}, which Scalify does not read")
     return " ".join(parts) or "replicate"
+
+
+def _strided(placement: Any, local_shape: tuple[int, ...], devices: int, axis: str) -> str:
+    """`_StridedShard(d, split_factor=k)`: dim d is k equal parts, each split over the mesh
+    dim, the device holding its block of every part (transformers' packed [gate | up]
+    weights, FSDP2 over TP): a shard with k parts, sizes in baseline units."""
+    dim = placement.dim % len(local_shape)
+    k = int(placement.split_factor)
+    whole = local_shape[dim] * devices
+    if k < 2 or whole % k:
+        raise ScalifyError(f"an output placed {placement}, whose parts do not divide its dim")
+    sizes = ", ".join([str(whole // k)] * k)
+    return f"shard({dim}, {axis}, parts=[{sizes}])"
 
 
 def _axis(name: str | None, size: int, mesh: Mesh) -> str:

@@ -30,9 +30,9 @@ def export(fn: Callable[..., Any], example_inputs: Sequence[Any], path: str | Pa
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     gm = trace(fn, inputs, across_devices=True)
-    ranks = [len(getattr(o, "shape", ())) for o in _output_values(gm)]
+    shapes = [tuple(getattr(o, "shape", ())) for o in _output_values(gm)]
     placed = gm.meta["output_placements"]
-    layouts = [placement_text(p, rank) for p, rank in zip(placed, ranks, strict=False)]
+    layouts = [placement_text(p, shape) for p, shape in zip(placed, shapes, strict=False)]
     save_exported(as_exported(gm, inputs), target, layouts, gm.meta["output_inputs"])
     return target
 

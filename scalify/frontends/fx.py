@@ -858,30 +858,49 @@ class _Lowering:
         return self.dot(a, b, (2,), (1,), shape, dtype, (0,), (0,))
 
     def op__grouped_mm(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
-        """`_grouped_mm(x [S, K], w [G, K, N], offs)`: row i of x times the matrix of its
-        group, the groups being the runs of rows that `offs` (cumulative ends) delimits.
-        Read as a per-row lookup of the weight, `take(w, #{g : offs[g] <= i})`, and a dot
-        batched over the rows, so a weight split over K or N keeps its layout. Other
-        operand ranks, and a bias, stay opaque."""
+        """`_grouped_mm` with group ends `offs` (cumulative) along the rows:
+        - `x [S, K] @ w [G, K, N]`: row i of x times the matrix of its group, read as a
+          per-row lookup of the weight, `take(w, group(i))`, and a dot batched over the rows,
+          so a weight split over K or N keeps its layout;
+        - `a [K, S] @ b [S, N]` (its backward for the weight): one `[K, N]` product per
+          group, summed over the group's rows, read as a dot over S of `b` with
+          `one_hot(group(i)) * a^T`.
+        Other operand ranks, and a bias, stay opaque."""
         args, kwargs = fx_node.args, fx_node.kwargs
-        x, w = self.tensor(args[0]), self.tensor(args[1])
+        a, b = self.tensor(args[0]), self.tensor(args[1])
         offs = args[2] if len(args) > 2 else kwargs.get("offs")
-        if len(self.shape(x)) != 2 or len(self.shape(w)) != 3 or not self.is_node(offs):
-            raise _Unsupported("grouped_mm other than rows of a 2-D input by 3-D weights")
-        if (args[3] if len(args) > 3 else kwargs.get("bias")) is not None:
-            raise _Unsupported("grouped_mm with a bias")
+        if not self.is_node(offs) or (args[3] if len(args) > 3 else kwargs.get("bias")):
+            raise _Unsupported("grouped_mm without group ends, or with a bias")
+        ranks = (len(self.shape(a)), len(self.shape(b)))
         ends = self.tensor(offs)
-        rows, groups = self.shape(x)[0], self.shape(w)[0]
-        table, int_type = (rows, groups), self.dtype(ends)
+        if ranks == (2, 3):
+            group = self.group_of_rows(ends, self.shape(a)[0])
+            looked_up = (self.shape(a)[0], *self.shape(b)[1:])
+            per_row = self.new("take", (b, group), looked_up, self.dtype(b), {"dim": 0})
+            return self.dot(a, per_row, (1,), (1,), shape, dtype, (0,), (0,))
+        if ranks == (2, 2):
+            (k, rows), groups = self.shape(a), self.shape(ends)[0]
+            group = self.group_of_rows(ends, rows)
+            hot = self.convert(self.one_hot_of(group, 1, (rows, groups)), dtype)
+            spread = (rows, groups, k)
+            hot = self.new("broadcast", (hot,), spread, dtype, {"dims": (0, 1)})
+            rows_of_a = self.new(
+                "transpose", (self.convert(a, dtype),), (rows, k), dtype, {"perm": (1, 0)}
+            )
+            a_rows = self.new("broadcast", (rows_of_a,), spread, dtype, {"dims": (0, 2)})
+            weighted = self.new("mul", (hot, a_rows), spread, dtype)
+            return self.dot(weighted, b, (0,), (0,), shape, dtype)
+        raise _Unsupported("grouped_mm of other operand ranks")
+
+    def group_of_rows(self, ends: int, rows: int) -> int:
+        """The group of each of `rows` rows, `#{g : ends[g] <= i}`, from cumulative ends."""
+        groups, int_type = self.shape(ends)[0], self.dtype(ends)
+        table = (rows, groups)
         row = self.new("iota", (), table, int_type, {"dim": 0})
         end = self.new("broadcast", (ends,), table, int_type, {"dims": (1,)})
         passed = self.new("compare", (row, end), table, "pred", {"direction": "GE"})
         counts = self.convert(passed, int_type)
-        group = self.new("reduce", (counts,), (rows,), int_type, {"dims": (1,), "op": "sum"})
-        per_row = self.new(
-            "take", (w, group), (rows, *self.shape(w)[1:]), self.dtype(w), {"dim": 0}
-        )
-        return self.dot(x, per_row, (1,), (1,), shape, dtype, (0,), (0,))
+        return self.new("reduce", (counts,), (rows,), int_type, {"dims": (1,), "op": "sum"})
 
     def op_matmul(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
         """torch.matmul: vectors contract directly, a 2-D rhs contracts the lhs's last dim,

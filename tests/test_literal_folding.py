@@ -1,0 +1,29 @@
+"""Arithmetic on literals folds before the proof: `x + 0` is x (a gradient accumulated into
+fresh zeros, whose zeros are no value to count once per device), `0 + 0` a zero fill."""
+
+from __future__ import annotations
+
+from scalify.ir import Graph, Node
+from scalify.literal_folding import fold_literals
+
+
+def _graph(zero_value: str, shape=(4,)) -> Graph:
+    nodes = {
+        0: Node(0, "parameter", (), shape, "f32", {"name": "x", "index": 0}, name="x"),
+        1: Node(1, "constant", (), (), "f32", {"value": zero_value}, name="c"),
+        2: Node(2, "broadcast", (1,), shape, "f32", {"dims": ()}, name="zeros"),
+        3: Node(3, "add", (2, 0), shape, "f32", {}, name="sum"),
+    }
+    return Graph("g", nodes, inputs=[0], outputs=[3])
+
+
+def test_a_value_added_to_zeros_is_the_value():
+    graph = _graph("0.0")
+    fold_literals(graph)
+    assert graph.outputs == [0]
+
+
+def test_a_value_added_to_another_fill_stays_a_sum():
+    graph = _graph("1.0")
+    fold_literals(graph)
+    assert graph.nodes[graph.outputs[0]].op == "add"
