@@ -425,11 +425,17 @@ def _fold(graph: Graph) -> Graph:
         node.operands = operands
         if node.op == "reduce" and node.id not in paired:
             inner = _without_unit_dims(node, nodes[operands[0]], next_id)
-            if inner is not None:  # the reduce over the other dims, then drop the unit ones
-                next_id += 1
+            if inner is not None:  # the reduce over the other dims, then drop the unit ones;
+                # both forms enter, as equal values: a unit dim may be a device's one head
+                # of a dim the baseline reduces whole, or one the baseline's repeat made
+                dropped = Node(
+                    next_id + 1, "reshape", (inner.id,), node.shape, node.dtype, {},
+                    node.loc, f"{node.name}.dropped", node.framework_op,
+                )  # fmt: skip
+                next_id += 2
                 nodes[inner.id] = inner
-                node.op, node.operands, node.attrs = "reshape", (inner.id,), {}
-                operands = node.operands
+                nodes[dropped.id] = dropped
+                graph.equalities.append((node.id, dropped.id))
         if (
             operands
             and node.id not in paired  # a kept broadcast form stays one (canonicalised again)
