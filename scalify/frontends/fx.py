@@ -322,6 +322,9 @@ class _Lowering:
         self.nodes: list[Node] = []
         self.params: list[tuple[int, int]] = []  # (index, node id)
         self.env: dict[Any, Any] = {}
+        # views whose memory an in-place op wrote after they were made -> that op
+        self.stale: dict[Any, Any] = {}
+        self.functional = False  # lower the in-place op at hand as its functional form
         self.cwd = os.getcwd()
         self.loc_cache: dict[str, SourceLoc | None] = {}
         self.current: Any = None
@@ -476,15 +479,19 @@ class _Lowering:
             elif fx_node.op == "call_function":
                 namespace, name, overload = _op_name(fx_node.target)
                 self.fop = str(fx_node.target)
+                self.refuse_stale_reads(fx_node)
                 try:
                     self.env[fx_node] = self.call(fx_node, namespace, name, overload)
                 except _Unsupported:
                     self.parts = 0
                     self.env[fx_node] = self.opaque(fx_node, f"{namespace}.{name}")
+                if namespace == "aten":
+                    self.written_in_place(fx_node, namespace, name, overload)
             elif fx_node.op in ("call_module", "call_method"):
                 self.fop = f"{fx_node.op}:{fx_node.target}"
                 self.env[fx_node] = self.opaque(fx_node, f"{fx_node.op}.{fx_node.target}")
             elif fx_node.op == "output":
+                self.refuse_stale_reads(fx_node)
                 leaves = _flatten(self.value_tree(fx_node.args[0]))
                 outputs = [v for v in leaves if isinstance(v, int) and not isinstance(v, bool)]
                 if self.user_outputs is not None:
@@ -630,7 +637,8 @@ class _Lowering:
             if train:
                 raise _Unsupported("dropout in training mode")
             return self.tensor(args[0])
-        if name.endswith("_") and not name.startswith("_") and self.rewritable_in_place(fx_node):
+        in_place = name.endswith("_") and not name.startswith("_")
+        if in_place and (self.functional or self.rewritable_in_place(fx_node)):
             name = name[:-1]  # `add_` on a fresh tensor nobody reads again: plain `add`
         if name in ("max", "min") and overload == "other":
             name = "maximum" if name == "max" else "minimum"
@@ -1851,6 +1859,115 @@ class _Lowering:
             return (self.reduce_scatter(args[1], shape, dtype, size, op), None)
         raise _Unsupported(f"c10d.{name}")
 
+    # ---- writes through views (`out[:, :k].copy_(x)`)
+
+    def written_in_place(self, fx_node: Any, namespace: str, name: str, overload: str) -> None:
+        """After an in-place op that later ops may see (it is not read as a new value): the
+        tensor it wrote is that value from here on. Written through a chain of slices, the
+        tensor the slices view becomes its old value with the slice replaced (a
+        concatenation); written through another view, every later read of the tensor is
+        refused. Either way the views made before the write go stale: reading one is
+        refused, never read as the old value."""
+        schema = getattr(fx_node.target, "_schema", None)
+        if schema is None or not _writes_in_place(schema) or self.rewritable_in_place(fx_node):
+            return
+        target = fx_node.args[0]
+        if not self.is_node(target):
+            return
+        chain, root = [], target
+        while root.op == "call_function" and _is_view(root) and self.is_node(root.args[0]):
+            chain.append(root)
+            root = root.args[0]
+        stale = [v for v in self.views_of(root) if self.order[v] < self.order[fx_node]]
+        new = self.functional_value(fx_node, namespace, name, overload)
+        self.env[fx_node] = new
+        if new is None or not all(_plain_slice(v) for v in chain):
+            stale.append(root)  # a write Scalify cannot put back: no later read of it
+        elif not chain:
+            self.env[root] = new
+        else:
+            self.env[root] = self.write_back(root, chain, new)
+        for view in stale:
+            self.stale.setdefault(view, fx_node)
+
+    def functional_value(self, fx_node: Any, namespace: str, name: str, overload: str) -> Any:
+        """The value an in-place op writes, lowered as its functional form (None when that
+        has no semantics either)."""
+        self.functional = True
+        try:
+            value = self.call(fx_node, namespace, name, overload)
+        except _Unsupported:
+            return None
+        finally:
+            self.functional = False
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    def write_back(self, root: Any, chain: list[Any], written: int) -> int:
+        """`root`'s value with the slice that `chain` (target first) views replaced."""
+        current = {root: self.env[root]}
+        for view in reversed(chain):
+            dim, begin, end = self.slice_bounds(view, current[view.args[0]])
+            current[view] = self.piece(current[view.args[0]], dim, begin, end)
+        for view in chain:
+            parent = current[view.args[0]]
+            dim, begin, end = self.slice_bounds(view, parent)
+            size, dtype = self.shape(parent)[dim], self.dtype(parent)
+            parts = [self.piece(parent, dim, 0, begin)] if begin else []
+            parts.append(self.convert(written, dtype))
+            parts += [self.piece(parent, dim, end, size)] if end < size else []
+            written = self.concatenate(parts, dim, self.shape(parent), dtype)
+        return written
+
+    def slice_bounds(self, view: Any, parent: int) -> tuple[int, int, int]:
+        shape = self.shape(parent)
+        args = list(view.args) + [None] * 4
+        dim = int(args[1] if args[1] is not None else view.kwargs.get("dim", 0)) % len(shape)
+        start = args[2] if args[2] is not None else view.kwargs.get("start")
+        end = args[3] if args[3] is not None else view.kwargs.get("end")
+        begin, stop, _ = slice(start, end, 1).indices(shape[dim])
+        return dim, begin, max(begin, stop)
+
+    def piece(self, x: int, dim: int, begin: int, end: int) -> int:
+        """x[begin:end] along dim; a piece of a concatenation along dim is that piece."""
+        if (begin, end) == (0, self.shape(x)[dim]):
+            return x
+        node = self.nodes[x]
+        if node.op == "concatenate" and node.attrs.get("dim") == dim:
+            offset = 0
+            for part in node.operands:
+                size = self.shape(part)[dim]
+                if (begin, end) == (offset, offset + size):
+                    return part
+                if offset <= begin and end <= offset + size:
+                    return self.piece(part, dim, begin - offset, end - offset)
+                offset += size
+        value, _ = self.slice_node(x, dim, begin, end, 1, final=False)
+        return value
+
+    def views_of(self, root: Any) -> list[Any]:
+        """Every op whose result shares `root`'s memory through a chain of views."""
+        if not self.order:
+            self.order = {node: i for i, node in enumerate(self.gm.graph.nodes)}
+        found, stack = [], [root]
+        while stack:
+            for user in stack.pop().users:
+                if user.op == "call_function" and _is_view(user) and user not in found:
+                    found.append(user)
+                    stack.append(user)
+        return found
+
+    def refuse_stale_reads(self, fx_node: Any) -> None:
+        for arg in _flatten([list(fx_node.args), list(fx_node.kwargs.values())]):
+            writer = self.stale.get(arg) if self.is_node(arg) else None
+            if writer is not None:
+                where = f" ({self.loc.file}:{self.loc.line})" if self.loc else ""
+                raise ScalifyError(
+                    f"`{fx_node.name}`{where} reads `{arg.name}` after `{writer.name}` wrote "
+                    "into its memory in place; Scalify reads such writes only through slices "
+                    "of a tensor read afterwards, so it does not guess this value",
+                    self.path,
+                )
+
     def only_read_before(self, tensor: Any, op: Any, through_views: bool = False) -> bool:
         """Whether every reader of `tensor` but `op` comes before `op`; `through_views`: and
         every reader of a view of it (which shares its memory) too."""
@@ -2070,6 +2187,14 @@ def _writes_in_place(schema: Any) -> bool:
     """An ATen op that writes its first argument and returns it (`add_`, `copy_`)."""
     info = schema.returns[0].alias_info if schema.returns else None
     return bool(info is not None and info.is_write and schema.name.endswith("_"))
+
+
+def _plain_slice(node: Any) -> bool:
+    """`aten.slice(x, dim, start, end)` with step 1."""
+    if _op_name(node.target)[1] != "slice":
+        return False
+    step = node.args[4] if len(node.args) > 4 else node.kwargs.get("step", 1)
+    return step in (None, 1)
 
 
 def _is_view(node: Any) -> bool:

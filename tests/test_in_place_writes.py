@@ -1,0 +1,77 @@
+"""Writes that later ops see: an in-place op on a tensor read afterwards, or through a slice
+of one, is read as the tensor's new value; a write through another view makes every later
+read of the tensor a clear error. None may be read as the old value (a wrong value written
+into a slice was proved equal to the right one before)."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from scalify.api import check_equivalent, fake_mesh  # noqa: E402
+from scalify.errors import ScalifyError  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def mesh():
+    return fake_mesh("tp=2")
+
+
+def _into_slice(scale: float):
+    def program(x, y):
+        out = x.clone()
+        out[:, :2].copy_(y * scale)
+        return out
+
+    return program
+
+
+def _check(mesh, baseline, parallel, *shapes):
+    inputs = tuple(torch.randn(*s) for s in shapes)
+    return check_equivalent(baseline, parallel, mesh=mesh, example_inputs=inputs)
+
+
+def test_a_wrong_value_written_into_a_slice_is_not_proved(mesh):
+    report = _check(mesh, _into_slice(1.0), _into_slice(2.0), (4, 4), (4, 2))
+    assert report.verdict == "not_equivalent"
+
+
+def test_the_same_write_is_proved(mesh):
+    report = _check(mesh, _into_slice(1.0), _into_slice(1.0), (4, 4), (4, 2))
+    assert report.verdict == "equivalent"
+
+
+def test_pieces_written_into_empty_memory_are_their_concatenation(mesh):
+    """DeepSeek-V3's key states: `new_empty`, then each part copied into its slice."""
+
+    def pieces(x, y):
+        out = x.new_empty(4, 6)
+        out[:, :4].copy_(x)
+        out[:, 4:].copy_(y)
+        return out
+
+    report = _check(mesh, lambda x, y: torch.cat([x, y], dim=1), pieces, (4, 4), (4, 2))
+    assert report.verdict == "equivalent", [s.reason for s in report.suspects[:2]]
+
+
+def test_an_in_place_op_on_a_tensor_read_again_is_its_new_value(mesh):
+    def twice(x):
+        h = x * 2
+        h.add_(1)
+        return h * 3
+
+    report = _check(mesh, lambda x: (x * 2 + 1) * 3, twice, (4, 4))
+    assert report.verdict == "equivalent", [s.reason for s in report.suspects[:2]]
+    report = _check(mesh, lambda x: x * 2 * 3, twice, (4, 4))
+    assert report.verdict == "not_equivalent"
+
+
+def test_a_write_through_another_view_then_read_is_refused(mesh):
+    def through_transpose(x, y):
+        out = x.clone()
+        out.t()[:2].copy_(y)  # rows of the transpose: columns of out
+        return out
+
+    with pytest.raises(ScalifyError, match="wrote into its memory in place"):
+        _check(mesh, through_transpose, through_transpose, (4, 4), (2, 4))
