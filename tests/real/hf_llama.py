@@ -74,6 +74,19 @@ MOE_ARCHITECTURES: dict[str, dict[str, Any]] = {
         "moe_intermediate_size": 32,
         "shared_expert_intermediate_size": 64,
     },
+    "DeepseekV3": {  # latent attention (its key states copied into `new_empty` in parts)
+        "n_routed_experts": 4,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 32,
+        "q_lora_rank": None,
+        "kv_lora_rank": 16,
+        "qk_rope_head_dim": 8,
+        "qk_nope_head_dim": 8,
+        "v_head_dim": 16,
+        "first_k_dense_replace": 1,  # one dense layer, one with experts
+        "n_group": 1,
+        "topk_group": 1,
+    },
     "GptOss": {  # biased experts, a clamped gated activation, attention sinks
         "num_local_experts": 4,
         "num_experts_per_tok": 2,
