@@ -12,6 +12,7 @@ from .chunk_axes import CHUNK_AXIS, lift_chunk_axis
 from .compiler.compile import CompiledRuleSet, compile_rule_dir
 from .compiler.lower import rule_name
 from .custom_calls import undeclared_note
+from .early_outputs import early_output
 from .engine.decode import read_proof
 from .engine.egraph import RunStats, rules_session
 from .engine.encode import (
@@ -432,6 +433,11 @@ def _decide(base: Graph, dist: Graph, mesh: Mesh, outputs: list[Relation], proof
         )
     definite = any(f.definite for f in findings)
     for rel, layouts in failing:
+        reason = None if findings or layouts else _early(base, dist, outputs, rel, proof)
+        if reason is not None:
+            node = dist.node(rel.dist_id)
+            suspects.append(_suspect(node, reason, []))
+            continue
         if layouts and not findings:
             node = dist.node(rel.dist_id)
             suspects.append(_suspect(node, output_mismatch(node, rel.layout, layouts), []))
@@ -440,6 +446,12 @@ def _decide(base: Graph, dist: Graph, mesh: Mesh, outputs: list[Relation], proof
             )
             definite = True
     return results, suspects, definite
+
+
+def _early(base, dist, outputs, rel, proof) -> str | None:
+    return early_output(
+        base, dist, outputs.index(rel), rel.dist_id, rel.base_id, rel.layout, proof.relations
+    )
 
 
 def _suspect(node, reason: str, operands: list[str]) -> Suspect:
