@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .ir import Graph, Node, place_after
+from .ops import ELEMENTWISE
 
 
 def with_slice_alternatives(
@@ -48,7 +49,12 @@ def with_slice_alternatives(
     placed: dict[int, list[int]] = {}
     for node in list(copy.nodes.values()):
         cut = one_dim_cut(node, copy)
-        if cut is None and not (baseline and node.op in ("merge", "split", "dot")):
+        pieces = _concatenated_contraction(node, copy)
+        if (
+            cut is None
+            and pieces is None
+            and not (baseline and node.op in ("merge", "split", "dot"))
+        ):
             continue
         first = mover.next_id
         mover.picked = False
@@ -56,6 +62,13 @@ def with_slice_alternatives(
             moved = mover.slice(node.operands[0], *cut, like=node)
             if not (baseline or mover.picked):
                 moved = None
+        elif pieces is not None:
+            moved = mover.dot_of_pieces(node, *pieces)
+            if not (baseline or mover.picked):
+                moved = None
+            if moved is None and baseline:
+                mover.discard(first)
+                moved = mover.view_out_of_dot(node)
         elif node.op == "dot":
             moved = mover.view_out_of_dot(node)
         else:
@@ -67,6 +80,21 @@ def with_slice_alternatives(
             mover.discard(first)
     place_after(copy, placed)
     return copy
+
+
+def _concatenated_contraction(node: Node, graph: Graph) -> tuple[int, int, int] | None:
+    """(side, its contracting dim, the other side's) when one operand of a dot is a
+    concatenation along a dim the dot contracts."""
+    if node.op != "dot":
+        return None
+    a = node.attrs
+    contracting = (tuple(a["lhs_contracting"]), tuple(a["rhs_contracting"]))
+    for side in (0, 1):
+        operand = graph.node(node.operands[side])
+        if operand.op == "concatenate" and operand.attrs["dim"] in contracting[side]:
+            k = contracting[side].index(operand.attrs["dim"])
+            return side, contracting[side][k], contracting[1 - side][k]
+    return None
 
 
 def one_dim_cut(node: Node, graph: Graph) -> tuple[int, int, int] | None:
@@ -167,6 +195,8 @@ class _Mover:
             table_dim = d - index_rank + (d - index_rank >= a["dim"])
             below = self._deeper(node.operands[0], table_dim, s, e, like)
             return self._add(node, "take", (below, node.operands[1]), shape, a)
+        if op in ELEMENTWISE or op == "broadcast":
+            return self._into_operands(node, d, s, e, like)
         if op == "transpose":  # dim d of the result is dim perm[d] of the operand
             below = self._deeper(node.operands[0], a["perm"][d], s, e, like)
             return self._add(node, "transpose", (below,), shape, a)
@@ -257,6 +287,63 @@ class _Mover:
             dim = a["dim"] - 1 if a["dim"] > p else a["dim"]
             return self._add(node, "slice_at", (below, node.operands[1]), shape, {**a, "dim": dim})
         return None
+
+    def _into_operands(self, node: Node, d: int, s: int, e: int, like: Node) -> int | None:
+        """A slice of an elementwise op (or a broadcast) as the op of its operands' slices,
+        only where that reaches a piece of a concatenation or a part (a gradient
+        `one_hot * concat(dg, du)^T`): anywhere else it would copy the computation for
+        nothing."""
+        first, before = self.next_id, self.picked
+        self.picked = False
+        shape = _cut(node.shape, d, e - s)
+        if node.op == "broadcast":
+            dims = tuple(node.attrs["dims"])
+            if d not in dims:
+                self.picked = before
+                return None
+            below = self._deeper(node.operands[0], dims.index(d), s, e, like)
+            moved = self._add(node, "broadcast", (below,), shape, node.attrs)
+        else:
+            spread = [self._along_new_dim(o, d, shape) for o in node.operands]
+            if sum(o is None for o in spread) != 1:
+                self.discard(first)  # only one operand is cut (no other input gains a cut)
+                self.picked = before
+                return None
+            operands = tuple(
+                o if o is not None else self._deeper(node.operands[k], d, s, e, like)
+                for k, o in enumerate(spread)
+            )
+            moved = self._add(node, node.op, operands, shape, node.attrs)
+        if not self.picked:
+            self.discard(first)
+            self.picked = before
+            return None
+        return moved
+
+    def _along_new_dim(self, operand: int, d: int, shape: tuple[int, ...]) -> int | None:
+        """A broadcast whose dim d is a new one, at the cut shape (its operand uncut)."""
+        node = self.graph.node(operand)
+        if node.op != "broadcast" or d in tuple(node.attrs["dims"]):
+            return None
+        return self._add(node, "broadcast", node.operands, shape, node.attrs)
+
+    def dot_of_pieces(self, node: Node, side: int, dim: int, other_dim: int) -> int | None:
+        """`concat(a1, a2) . w` over the concatenated dim as `a1 . w[part 1] + a2 . w[part
+        2]`: the gradient of a fused `[gate | up]` product reaching the fused weight, which
+        relates to its baseline part by part."""
+        concat = self.graph.node(node.operands[side])
+        other = node.operands[1 - side]
+        terms, offset = [], 0
+        for piece in concat.operands:
+            size = self.graph.node(piece).shape[dim]
+            cut = self._deeper(other, other_dim, offset, offset + size, node)
+            operands = (piece, cut) if side == 0 else (cut, piece)
+            terms.append(self._add(node, "dot", operands, node.shape, node.attrs))
+            offset += size
+        total = terms[0]
+        for term in terms[1:]:
+            total = self._add(node, "add", (total, term), node.shape, {})
+        return total
 
     def _add(self, like: Node, op: str, operands: tuple[int, ...], shape, attrs: dict) -> int:
         node_id = self.next_id

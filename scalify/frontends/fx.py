@@ -871,8 +871,8 @@ class _Lowering:
           per-row lookup of the weight, `take(w, group(i))`, and a dot batched over the rows,
           so a weight split over K or N keeps its layout;
         - `a [K, S] @ b [S, N]` (its backward for the weight): one `[K, N]` product per
-          group, summed over the group's rows, read as a dot over S of `b` with
-          `one_hot(group(i)) * a^T`.
+          group, summed over the group's rows, read as each row's outer product `a[:, i]
+          b[i, :]` (a dot batched over the rows) contracted with `one_hot(group(i))`.
         Other operand ranks, and a bias, stay opaque."""
         args, kwargs = fx_node.args, fx_node.kwargs
         a, b = self.tensor(args[0]), self.tensor(args[1])
@@ -887,17 +887,12 @@ class _Lowering:
             per_row = self.new("take", (b, group), looked_up, self.dtype(b), {"dim": 0})
             return self.dot(a, per_row, (1,), (1,), shape, dtype, (0,), (0,))
         if ranks == (2, 2):
-            (k, rows), groups = self.shape(a), self.shape(ends)[0]
+            (k, rows), groups, n = self.shape(a), self.shape(ends)[0], self.shape(b)[1]
             group = self.group_of_rows(ends, rows)
             hot = self.convert(self.one_hot_of(group, 1, (rows, groups)), dtype)
-            spread = (rows, groups, k)
-            hot = self.new("broadcast", (hot,), spread, dtype, {"dims": (0, 1)})
-            rows_of_a = self.new(
-                "transpose", (self.convert(a, dtype),), (rows, k), dtype, {"perm": (1, 0)}
-            )
-            a_rows = self.new("broadcast", (rows_of_a,), spread, dtype, {"dims": (0, 2)})
-            weighted = self.new("mul", (hot, a_rows), spread, dtype)
-            return self.dot(weighted, b, (0,), (0,), shape, dtype)
+            # each row's outer product a[:, i] b[i, :], then summed over the rows of a group
+            outer = self.dot(a, b, (), (), (rows, k, n), dtype, (1,), (0,), final=False)
+            return self.dot(hot, outer, (0,), (0,), shape, dtype)
         raise _Unsupported("grouped_mm of other operand ranks")
 
     def group_of_rows(self, ends: int, rows: int) -> int:

@@ -12,7 +12,15 @@ from real_support import require
 
 require("transformers", "accelerate")
 
-from hf_llama import MOE_ARCHITECTURES, load, save_tiny, save_tiny_mixtral, token_ids  # noqa: E402
+from hf_llama import (  # noqa: E402
+    MOE_ARCHITECTURES,
+    VOCAB,
+    load,
+    save_tiny,
+    save_tiny_mixtral,
+    token_ids,
+)
+from test_training import train_step  # noqa: E402
 
 from scalify.api import check_equivalent  # noqa: E402
 
@@ -67,4 +75,24 @@ def test_grouped_experts_with_their_own_plan_are_proved(tmp_path, architecture):
     baseline, model, mesh = load(checkpoint, 2, f"{architecture}ForCausalLM")
     with torch.no_grad():
         report = check_equivalent(baseline, model, mesh=mesh, example_inputs=(token_ids(),))
+    assert report.verdict == "equivalent", [s.reason for s in report.suspects[:2]]
+
+
+def test_a_training_step_through_grouped_experts_is_proved(tmp_path):
+    """Qwen3-MoE's loss and every gradient: the backward of each grouped matmul (the
+    weight's gradient per expert, the input's through the packed [gate | up] weight, whose
+    gradient is the concatenation of the two parts' gradients) and of the routing."""
+    checkpoint = save_tiny(tmp_path / "Qwen3Moe", "Qwen3Moe")
+    baseline, model, mesh = load(checkpoint, 2, "Qwen3MoeForCausalLM")
+    labels = torch.randint(0, VOCAB, (2, 8), generator=torch.Generator().manual_seed(3))
+
+    def loss(m, input_ids, labels):
+        return m(input_ids, labels=labels).loss
+
+    report = check_equivalent(
+        train_step(baseline, loss),
+        train_step(model, loss),
+        mesh=mesh,
+        example_inputs=(token_ids(), labels),
+    )
     assert report.verdict == "equivalent", [s.reason for s in report.suspects[:2]]
