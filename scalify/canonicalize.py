@@ -76,8 +76,8 @@ def _decompose_reshape(
     only, which a shard on the outer factor leaves unchanged. `removed`: the reshape only
     deletes these size-1 dims (one reading of it, see `unit_removals`). Groups of dims are
     reshaped from the first unless `last_group_first`."""
-    if not operand.shape or not node.shape:
-        return [node]
+    if not operand.shape or not node.shape or 0 in operand.shape or 0 in node.shape:
+        return [node]  # a scalar, or an empty tensor (no runs of dims to pair)
     steps: list[Node] = []
     shape = list(operand.shape)
     current = operand.id
@@ -267,7 +267,7 @@ def _kept_dims(source: tuple[int, ...], target: tuple[int, ...]) -> tuple[int, .
 
 def _reshapes_several_groups(source: tuple[int, ...], target: tuple[int, ...]) -> bool:
     """More than one run of dims is merged or split (so the order of the steps shows)."""
-    if not source or not target:
+    if not source or not target or 0 in source or 0 in target:
         return False
     groups = reshape_groups(source, target)
     return sum(len(si) > 1 or len(sj) > 1 for si, sj in groups) > 1
