@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 from .all_to_all import fold_tiled_all_to_all
+from .block_iotas import fold_block_iotas
 from .block_lookup import fold_block_lookups
 from .device_tables import fold_device_tables
 from .errors import ScalifyError
@@ -191,6 +192,7 @@ def canonicalize(graph: Graph) -> Graph:
     ranges = fold_int_ranges(graph)
     fold_block_lookups(graph, ranges)
     fold_one_hots(graph, ranges)
+    fold_block_iotas(graph, ranges)
     fold_literals(graph)
     join_padded_pieces(graph)
     next_id = max(graph.nodes, default=-1) + 1
