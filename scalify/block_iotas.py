@@ -21,13 +21,20 @@ def fold_block_iotas(graph: Graph, ranges: dict[int, tuple[float, float]]) -> No
         found = _block_count(node, reader, ranges, graph) if node.op == "add" else None
         if found is None:
             return []
-        count, coord, n = found
-        dim, k = count.attrs.get("dim", 0), node.shape[count.attrs.get("dim", 0)]
+        iota, coord, n = found
+        dim = iota.attrs.get("dim", 0)
+        k = node.shape[dim]
         new = NewNodes(node, next_id)
         whole = list(node.shape)
         whole[dim] = n * k
         full = new.add("iota", (), tuple(whole), node.dtype, {"dim": dim})
         dtype = graph.nodes[coord].dtype
+        if graph.nodes[coord].op == "rank_index":  # the device id itself: (id / 1) % n
+            one = new.add("constant", (), (), dtype, {"value": "1"})
+            count = new.add("constant", (), (), dtype, {"value": str(n)})
+            coord = new.add(
+                "rem", (new.add("div", (coord, one), (), dtype, {}), count), (), dtype, {}
+            )
         step = new.add("constant", (), (), dtype, {"value": str(k)})
         start = new.add("mul", (coord, step), (), dtype, {})
         new.add(
