@@ -642,6 +642,8 @@ class _Lowering:
             name = name[:-1]  # `add_` on a fresh tensor nobody reads again: plain `add`
         if name in ("max", "min") and overload == "other":
             name = "maximum" if name == "max" else "minimum"
+        if name in ("max", "min") and overload == "dim":
+            return self.extremum_along(fx_node, name)
         if name in ("view_as_complex", "view_as_real"):
             x = self.tensor(args[0])  # the same parts, read as complex or as real again
             view = self.new("reshape", (x,), self.shape(x), self.dtype(x), final=True)
@@ -1402,6 +1404,20 @@ class _Lowering:
 
     def op_prod(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
         return self.reduction(fx_node, shape, dtype, "prod")
+
+    def extremum_along(self, fx_node: Any, op: str) -> tuple[int, int]:
+        """`x.max(dim)`: (the values, a reduce over dim; the indices, which have no
+        semantics here: attention with sinks keeps only the values)."""
+        args, kwargs = fx_node.args, fx_node.kwargs
+        x = self.tensor(args[0])
+        dim = int(args[1] if len(args) > 1 else kwargs.get("dim", 0)) % len(self.shape(x))
+        values_meta, indices_meta = self.out_meta(fx_node)
+        shape, dtype = self.shape_of(values_meta), _dtype_of(values_meta.dtype)
+        values = self.reduce(self.convert(x, dtype), (dim,), op, shape, dtype)
+        attrs = {"hlo_op": f"aten.{op}.dim indices"}
+        index_shape, index_type = self.shape_of(indices_meta), _dtype_of(indices_meta.dtype)
+        indices = self.new("opaque", (x,), index_shape, index_type, attrs)
+        return values, indices
 
     def op_max(self, fx_node: Any, shape: Any, dtype: Any) -> int:
         if len(fx_node.args) != 1:  # max.dim returns (values, indices)
