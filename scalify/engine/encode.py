@@ -69,7 +69,10 @@ def _free_broadcasts(graph: Graph, twins: frozenset[int]) -> set[int]:
         lost = {
             n
             for n in free
-            if not all(_pinned(graph, graph.node(u), free, anchored) for u in users[n])
+            if any(
+                not any(o not in same[n] and o in anchored for o in graph.node(u).operands)
+                for u in users[n]
+            )
         }
         if not lost:
             return free
@@ -82,23 +85,6 @@ def _free_broadcasts(graph: Graph, twins: frozenset[int]) -> set[int]:
         computed = {n for n in lost if not _of_literal(graph, n)} or lost
         fewest = min(_new_dims(graph.node(n)) for n in computed)
         free -= {n for n in computed if _new_dims(graph.node(n)) == fewest}
-
-
-def _pinned(graph: Graph, user: Node, free: set[int], anchored: set[int]) -> bool:
-    """Whether the user's term fixes its shape: each of its dims is the size of a dim of
-    some operand that has its sizes (a free broadcast fixes the dims its operand's dims
-    land on). A causal mask's `iota[:, None] >= iota[None, :]` is fixed by its two
-    broadcasts together, though neither alone fixes it."""
-    if user.op == "scatter":
-        return all(o in anchored for o in user.operands[1:])
-    rank, covered = len(user.shape), set()
-    for o in user.operands:
-        node = graph.node(o)
-        if o in anchored and o not in free:
-            return True
-        if o in free and node.operands and node.operands[0] in anchored:
-            covered |= set(node.attrs.get("dims", ()))
-    return covered >= set(range(rank))
 
 
 def _new_dims(node: Node) -> int:
@@ -127,7 +113,7 @@ def _anchored(graph: Graph, free: set[int]) -> set[int]:
         if node.id in free:
             continue
         if node.op in ELEMENTWISE:
-            ok = _pinned(graph, node, free, anchored)
+            ok = any(o in anchored for o in node.operands)
         elif node.op == "scatter":
             ok = all(o in anchored for o in node.operands[1:])
         else:

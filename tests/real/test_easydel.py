@@ -26,9 +26,6 @@ CASES = {  # the stored pair -> EasyDeL's mesh (dp, fsdp, ep, tp, sp)
     "tp4_mask": "dp=1,fsdp=1,ep=1,tp=4,sp=1",
     # the batch over fsdp, the weights over fsdp and tp
     "fsdp2_tp2_mask": "dp=1,fsdp=2,ep=1,tp=2,sp=1",
-    # the sequence over sp: each device's query positions are its block of the sequence
-    # (a count plus its offset), the causal mask compares them with every key position
-    "sp2_tp2_mask": "dp=1,fsdp=1,ep=1,tp=2,sp=2",
 }
 
 
