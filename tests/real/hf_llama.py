@@ -14,21 +14,7 @@ VOCAB = 256
 
 def save_tiny_llama(folder: Path) -> Path:
     """A random 2-layer Llama of width 64 saved at `folder`."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    config = LlamaConfig(
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=VOCAB,
-        max_position_embeddings=64,
-        tie_word_embeddings=False,
-    )
-    torch.manual_seed(0)
-    LlamaForCausalLM(config).save_pretrained(folder)
-    return folder
+    return save_tiny(folder, "Llama")
 
 
 def save_tiny_mixtral(folder: Path, kv_heads: int = 2) -> Path:
@@ -109,7 +95,7 @@ def save_tiny(folder: Path, architecture: str) -> Path:
         vocab_size=VOCAB,
         max_position_embeddings=64,
         tie_word_embeddings=False,
-        **{**ARCHITECTURES, **MOE_ARCHITECTURES}[architecture],
+        **{**ARCHITECTURES, **MOE_ARCHITECTURES}.get(architecture, {}),
     )
     torch.manual_seed(0)
     getattr(transformers, f"{architecture}ForCausalLM")(config).save_pretrained(folder)
@@ -143,3 +129,34 @@ def load(
 
 def token_ids() -> torch.Tensor:
     return torch.randint(0, VOCAB, (2, 8), generator=torch.Generator().manual_seed(1))
+
+
+def train_step(model: torch.nn.Module, loss_of):
+    """`loss_of(model, *inputs)` and the gradient of every weight, as a training loop's
+    `loss.backward()` leaves them in `.grad`."""
+    weights = [p for p in model.parameters() if p.requires_grad]
+
+    def step(*inputs):
+        loss = loss_of(model, *inputs)
+        loss.backward()
+        return loss, [p.grad for p in weights]
+
+    return step
+
+
+def causal_lm_loss(model: Any, input_ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    return model(input_ids, labels=labels).loss
+
+
+def check_training_step(baseline: Any, model: Any, mesh: Any) -> Any:
+    """Scalify's report on one causal-LM training step (loss and every gradient) of `model`
+    against `baseline`, on the test tokens and labels."""
+    from scalify.api import check_equivalent
+
+    labels = torch.randint(0, VOCAB, (2, 8), generator=torch.Generator().manual_seed(3))
+    return check_equivalent(
+        train_step(baseline, causal_lm_loss),
+        train_step(model, causal_lm_loss),
+        mesh=mesh,
+        example_inputs=(token_ids(), labels),
+    )

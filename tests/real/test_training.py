@@ -13,22 +13,10 @@ import copy
 
 import pytest
 import torch
+from hf_llama import train_step
 from real_support import require
 
 from scalify.api import check_equivalent, fake_mesh
-
-
-def train_step(model: torch.nn.Module, loss_of):
-    """`loss_of(model, *inputs)` and the gradient of every weight, as a training loop's
-    `loss.backward()` leaves them in `.grad`."""
-    weights = [p for p in model.parameters() if p.requires_grad]
-
-    def step(*inputs):
-        loss = loss_of(model, *inputs)
-        loss.backward()
-        return loss, [p.grad for p in weights]
-
-    return step
 
 
 class MLP(torch.nn.Module):
@@ -99,20 +87,10 @@ def test_an_optimizer_step_leaves_each_weight_in_its_layout(optimizer_class):
 @pytest.mark.slow
 def test_llama_training_step_with_its_own_plan_is_proved(tmp_path):
     require("transformers", "accelerate")
-    from hf_llama import VOCAB, load, save_tiny_llama, token_ids
+    from hf_llama import check_training_step, load, save_tiny_llama
 
     baseline, model, mesh = load(save_tiny_llama(tmp_path / "tiny-llama"))
-    labels = torch.randint(0, VOCAB, (2, 8), generator=torch.Generator().manual_seed(3))
-
-    def causal_lm_loss(m, input_ids, labels):
-        return m(input_ids, labels=labels).loss
-
-    report = check_equivalent(
-        train_step(baseline, causal_lm_loss),
-        train_step(model, causal_lm_loss),
-        mesh=mesh,
-        example_inputs=(token_ids(), labels),
-    )
+    report = check_training_step(baseline, model, mesh)
     assert report.verdict == "equivalent", [s.reason for s in report.suspects[:2]]
     weights = [n for n, p in baseline.named_parameters() if p.requires_grad]
     assert len(report.outputs) == 1 + len(weights)

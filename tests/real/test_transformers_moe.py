@@ -14,13 +14,12 @@ require("transformers", "accelerate")
 
 from hf_llama import (  # noqa: E402
     MOE_ARCHITECTURES,
-    VOCAB,
+    check_training_step,
     load,
     save_tiny,
     save_tiny_mixtral,
     token_ids,
 )
-from test_training import train_step  # noqa: E402
 
 from scalify.api import check_equivalent  # noqa: E402
 
@@ -83,16 +82,5 @@ def test_a_training_step_through_grouped_experts_is_proved(tmp_path):
     weight's gradient per expert, the input's through the packed [gate | up] weight, whose
     gradient is the concatenation of the two parts' gradients) and of the routing."""
     checkpoint = save_tiny(tmp_path / "Qwen3Moe", "Qwen3Moe")
-    baseline, model, mesh = load(checkpoint, 2, "Qwen3MoeForCausalLM")
-    labels = torch.randint(0, VOCAB, (2, 8), generator=torch.Generator().manual_seed(3))
-
-    def loss(m, input_ids, labels):
-        return m(input_ids, labels=labels).loss
-
-    report = check_equivalent(
-        train_step(baseline, loss),
-        train_step(model, loss),
-        mesh=mesh,
-        example_inputs=(token_ids(), labels),
-    )
+    report = check_training_step(*load(checkpoint, 2, "Qwen3MoeForCausalLM"))
     assert report.verdict == "equivalent", [s.reason for s in report.suspects[:2]]
