@@ -67,7 +67,7 @@ def _graph_at(tp: int, args):
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
     from scalify.canonicalize import canonicalize
-    from scalify.capture.device_probe import trace_per_device
+    from scalify.capture import trace_per_device
     from scalify.capture.fx_trace import trace
     from scalify.frontends.fx import graph_from_fx
 
