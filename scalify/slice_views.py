@@ -57,29 +57,32 @@ def with_slice_alternatives(
         ):
             continue
         first = mover.next_id
-        mover.picked = False
-        if cut is not None:
-            moved = mover.slice(node.operands[0], *cut, like=node)
-            if not (baseline or mover.picked):
-                moved = None
-        elif pieces is not None:
-            moved = mover.dot_of_pieces(node, *pieces)
-            if not (baseline or mover.picked):
-                moved = None
-            if moved is None and baseline:
-                mover.discard(first)
-                moved = mover.view_out_of_dot(node)
-        elif node.op == "dot":
-            moved = mover.view_out_of_dot(node)
-        else:
-            moved = mover.view_into_dot(node)
-        if moved is not None:
-            copy.equalities.append((node.id, moved))
+        made = _moved_forms(mover, node, cut, pieces, baseline)
+        copy.equalities += [(node.id, f) for f in made]
+        if made:
             placed[node.id] = list(range(first, mover.next_id))
-        else:
-            mover.discard(first)
     place_after(copy, placed)
     return copy
+
+
+def _moved_forms(mover: _Mover, node: Node, cut, pieces, baseline: bool) -> list[int]:
+    """The equal forms of `node` this side keeps: a slice moved down and a dot over a
+    concatenation taken piece by piece (in the distributed graph only where they pick a
+    piece or a part), and in the baseline a view moved through a dot either way."""
+    forms = []
+    if cut is not None:
+        mover.begin()
+        forms.append(mover.kept(mover.slice(node.operands[0], *cut, like=node), baseline))
+    if pieces is not None:
+        mover.begin()
+        forms.append(mover.kept(mover.dot_of_pieces(node, *pieces), baseline))
+    if baseline and node.op == "dot":
+        mover.begin()
+        forms.append(mover.kept(mover.view_out_of_dot(node), True))
+    if baseline and node.op in ("merge", "split"):
+        mover.begin()
+        forms.append(mover.kept(mover.view_into_dot(node), True))
+    return [f for f in forms if f is not None]
 
 
 def _concatenated_contraction(node: Node, graph: Graph) -> tuple[int, int, int] | None:
@@ -119,6 +122,20 @@ class _Mover:
         self.parts = parts
         self.next_id = max(graph.nodes, default=-1) + 1
         self.picked = False  # the last move picked a piece of a concatenation or a merge
+        self.first = self.next_id  # where the form begun last starts
+
+    def begin(self) -> None:
+        """Start a form: the nodes from here on are its own, and nothing is picked yet."""
+        self.first = self.next_id
+        self.picked = False
+
+    def kept(self, moved: int | None, always: bool) -> int | None:
+        """The form begun last, kept when `always` or when it picked a piece or a part; its
+        nodes are discarded otherwise."""
+        if moved is None or not (always or self.picked):
+            self.discard(self.first)
+            return None
+        return moved
 
     def discard(self, first: int) -> None:
         for i in range(first, self.next_id):
@@ -327,7 +344,7 @@ class _Mover:
             return None
         return self._add(node, "broadcast", node.operands, shape, node.attrs)
 
-    def dot_of_pieces(self, node: Node, side: int, dim: int, other_dim: int) -> int | None:
+    def dot_of_pieces(self, node: Node, side: int, dim: int, other_dim: int) -> int:
         """`concat(a1, a2) . w` over the concatenated dim as `a1 . w[part 1] + a2 . w[part
         2]`: the gradient of a fused `[gate | up]` product reaching the fused weight, which
         relates to its baseline part by part."""
