@@ -10,7 +10,7 @@ ranges say.
 
 from __future__ import annotations
 
-from .index_forms import IndexReader
+from .index_forms import IndexReader, array_plus_block, device_block
 from .ir import Graph, NewNodes, Node, replace_nodes
 
 
@@ -18,48 +18,19 @@ def fold_block_iotas(graph: Graph, ranges: dict[int, tuple[float, float]]) -> No
     reader = IndexReader(graph)
 
     def rewrite(node: Node, next_id: int) -> list[Node]:
-        found = _block_count(node, reader, ranges, graph) if node.op == "add" else None
+        found = array_plus_block(reader, ranges, node.id) if node.op == "add" else None
         if found is None:
             return []
-        iota, coord, n = found
-        dim = iota.attrs.get("dim", 0)
+        count, coord, step, n = found
+        dim = int(graph.nodes[count].attrs.get("dim", 0))
         k = node.shape[dim]
+        if graph.nodes[count].op != "iota" or step != k or n < 2:
+            return []
         new = NewNodes(node, next_id)
         whole = list(node.shape)
         whole[dim] = n * k
         full = new.add("iota", (), tuple(whole), node.dtype, {"dim": dim})
-        dtype = graph.nodes[coord].dtype
-        if graph.nodes[coord].op == "rank_index":  # the device id itself: (id / 1) % n
-            one = new.add("constant", (), (), dtype, {"value": "1"})
-            count = new.add("constant", (), (), dtype, {"value": str(n)})
-            coord = new.add(
-                "rem", (new.add("div", (coord, one), (), dtype, {}), count), (), dtype, {}
-            )
-        step = new.add("constant", (), (), dtype, {"value": str(k)})
-        start = new.add("mul", (coord, step), (), dtype, {})
-        new.add(
-            "slice_at", (full, start), node.shape, node.dtype, {"dim": dim, "size": k, "parts": n}
-        )
+        device_block(new, full, coord, n, k, dim, node.shape, node.dtype, graph)
         return new.nodes
 
     replace_nodes(graph, rewrite)
-
-
-def _block_count(node: Node, reader: IndexReader, ranges: dict, graph: Graph):
-    """(the iota, the coordinate r, n) when `node` is `iota(k) + k * r` along the iota's
-    dim, r a scalar in [0, n)."""
-    form = reader.affine(node.id)
-    if form is None or form[1] != 0 or len(form[0]) != 2:
-        return None
-    nodes = graph.nodes
-    counts = [a for a in form[0] if nodes[a].op == "iota" and nodes[a].shape == node.shape]
-    scalars = [a for a in form[0] if not nodes[a].shape]
-    if len(counts) != 1 or len(scalars) != 1 or form[0][counts[0]] != 1:
-        return None
-    count, coord = nodes[counts[0]], scalars[0]
-    if form[0][coord] != node.shape[count.attrs.get("dim", 0)]:
-        return None
-    lo, hi = ranges.get(coord, (None, None))
-    if lo != 0 or hi is None or hi == float("inf") or hi < 1:
-        return None
-    return count, coord, int(hi) + 1

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .int_ranges import as_int, decide_compare, is_int_dtype
-from .ir import ROW_MAJOR_VIEWS, Graph, Node
+from .ir import ROW_MAJOR_VIEWS, Graph, NewNodes, Node
 
 Affine = tuple[dict[int, int], int]  # coefficient per atom node, constant
 
@@ -283,3 +283,46 @@ def _negated_half_line(
     if lo == -inf and hi != inf:
         return {form: (hi + 1, inf)}
     return None
+
+
+def array_plus_block(
+    reader: IndexReader, ranges: dict[int, tuple[float, float]], node_id: int
+) -> tuple[int, int, int, int] | None:
+    """(a, r, c, n) when the value is `a + c * r`: a an array of the value's shape (once),
+    r a scalar in [0, n) by the integer ranges, c a nonzero constant. A device's local index
+    `i - c*r` into its block of c entries, or its count `iota(k) + k*r` of its block of a
+    sequence, has this form."""
+    form = reader.affine(node_id)
+    if form is None or form[1] != 0 or len(form[0]) != 2:
+        return None
+    nodes = reader.nodes
+    arrays = [a for a in form[0] if nodes[a].shape]
+    scalars = [a for a in form[0] if not nodes[a].shape]
+    if len(arrays) != 1 or len(scalars) != 1 or form[0][arrays[0]] != 1:
+        return None
+    if nodes[arrays[0]].shape != nodes[node_id].shape:
+        return None
+    lo, hi = ranges.get(scalars[0], (None, None))
+    if lo != 0 or hi is None or hi == float("inf"):
+        return None
+    return arrays[0], scalars[0], form[0][scalars[0]], int(hi) + 1
+
+
+def device_block(
+    new: NewNodes, whole: int, coord: int, n: int, size: int, dim: int, shape, dtype: str,
+    graph: Graph,
+) -> int:  # fmt: skip
+    """`slice_at(whole, size * coord)` along dim: block `coord` of the n blocks of `size` that
+    make `whole`, which `rules/tp.srl`'s `slice_at_coordinate` reads as a shard. A bare
+    device id (a job of n devices on one axis) becomes `(id / 1) % n`, the coordinate the
+    rules read; the ranges have it in [0, n), where the two are equal."""
+    coord_type = graph.nodes[coord].dtype
+    if graph.nodes[coord].op == "rank_index":
+        one = new.add("constant", (), (), coord_type, {"value": "1"})
+        count = new.add("constant", (), (), coord_type, {"value": str(n)})
+        quotient = new.add("div", (coord, one), (), coord_type, {})
+        coord = new.add("rem", (quotient, count), (), coord_type, {})
+    step = new.add("constant", (), (), coord_type, {"value": str(size)})
+    start = new.add("mul", (coord, step), (), coord_type, {})
+    attrs = {"dim": dim, "size": size, "parts": n}
+    return new.add("slice_at", (whole, start), shape, dtype, attrs)

@@ -10,7 +10,7 @@ shard of the baseline's one-hot. Both rewrites are exact.
 
 from __future__ import annotations
 
-from .index_forms import IndexReader
+from .index_forms import IndexReader, array_plus_block, device_block
 from .int_ranges import is_int_dtype
 from .ir import Graph, NewNodes, Node, replace_nodes
 from .one_hot_sums import fold_one_hot_sums
@@ -114,27 +114,14 @@ def block_one_hot_nodes(
     shape = list(node.shape)
     shape[dim] = n * size
     full = new.add("one_hot", (whole,), shape, "pred", {"dim": dim, "size": n * size})
-    dtype = graph.nodes[coord].dtype
-    step = new.add("constant", (), (), dtype, {"value": str(size)})
-    start = new.add("mul", (coord, step), (), dtype, {})
-    attrs = {"dim": dim, "size": size, "parts": n}
-    new.add("slice_at", (full, start), node.shape, "pred", attrs)
+    device_block(new, full, coord, n, size, dim, node.shape, "pred", graph)
     return new.nodes
 
 
 def _block_offset_form(index: int, reader: IndexReader, ranges: dict, graph: Graph):
     """(i, r, n) when `index` is i - c*r with r a scalar in [0, n) (c: block_size_of)."""
-    form = reader.affine(index)
-    if form is None or form[1] != 0 or len(form[0]) != 2:
+    found = array_plus_block(reader, ranges, index)
+    if found is None or found[2] >= 0:
         return None
-    nodes = graph.nodes
-    arrays = [a for a in form[0] if nodes[a].shape]
-    scalars = [a for a in form[0] if not nodes[a].shape]
-    if len(arrays) != 1 or len(scalars) != 1 or form[0][arrays[0]] != 1:
-        return None
-    if nodes[arrays[0]].shape != nodes[index].shape or -form[0][scalars[0]] <= 0:
-        return None
-    lo, hi = ranges.get(scalars[0], (None, None))
-    if lo != 0 or hi is None or hi == float("inf"):
-        return None
-    return arrays[0], scalars[0], int(hi) + 1
+    whole, coord, _, n = found
+    return whole, coord, n
