@@ -69,3 +69,16 @@ def test_a_number_not_affine_in_the_coordinate_is_an_error(mesh):
 def test_a_program_whose_structure_depends_on_the_device_is_an_error(mesh):
     with pytest.raises(ScalifyError, match="differs between device 0 and the device"):
         check_equivalent(plus_one, BranchOnRank(mesh), mesh=mesh, example_inputs=(torch.ones(4),))
+
+
+def test_trace_per_device_refuses_a_job_shape_its_process_group_does_not_have():
+    """Probing devices the process group does not have would trace rank 0's program for
+    them: a clear error instead."""
+    from scalify.capture import trace_per_device
+
+    fake_mesh("tp=2")
+    try:
+        with pytest.raises(ScalifyError, match=r"shape \[4\] \(4 devices\).*this one has 2"):
+            trace_per_device(lambda: None, (4,))
+    finally:
+        dist.destroy_process_group()

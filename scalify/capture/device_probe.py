@@ -135,15 +135,7 @@ def trace_on_devices(
     root = root_mesh(meshes) if meshes else None
     if root is None:
         return gm
-    shape = tuple(int(n) for n in root.mesh.shape)
-    others: dict[Probe, torch.fx.GraphModule] = {}
-    for rank, coords in probe_ranks(shape).items():
-        with as_device(meshes, rank):
-            others[coords] = make()
-    differences = _differences(gm, others)
-    if differences:
-        _substitute(gm, differences, shape)
-    return gm
+    return _with_device_numbers(gm, make, tuple(int(n) for n in root.mesh.shape), meshes)
 
 
 def trace_per_device(
@@ -156,11 +148,32 @@ def trace_per_device(
     DeviceMesh to tell (Megatron's `VocabParallelEmbedding` keeps its vocabulary range as
     numbers): `make` builds the module and traces it, and each device's build sees its own
     rank through `torch.distributed.get_rank`. The weights, its own per device, are inputs."""
+    import torch.distributed as dist
+
+    devices = math.prod(shape)
+    world = dist.get_world_size() if dist.is_initialized() else None
+    if world != devices:
+        raise ScalifyError(
+            f"trace_per_device over a job of shape {list(shape)} ({devices} devices) needs a "
+            f"process group of {devices} ranks; "
+            + (f"this one has {world}" if world else "none is initialised")
+        )
     with as_device([], 0):
         gm = make()
+    return _with_device_numbers(gm, make, shape, [])
+
+
+def _with_device_numbers(
+    gm: torch.fx.GraphModule,
+    make: Callable[[], torch.fx.GraphModule],
+    shape: tuple[int, ...],
+    meshes: list[Any],
+) -> torch.fx.GraphModule:
+    """`gm` (device 0's trace) with the numbers that differ on the probed devices (`make()`
+    traced as each) replaced by their expressions over the coordinates."""
     others: dict[Probe, torch.fx.GraphModule] = {}
     for rank, coords in probe_ranks(shape).items():
-        with as_device([], rank):
+        with as_device(meshes, rank):
             others[coords] = make()
     differences = _differences(gm, others)
     if differences:
