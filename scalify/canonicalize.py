@@ -15,7 +15,7 @@ from .block_lookup import fold_block_lookups
 from .device_tables import fold_device_tables
 from .errors import ScalifyError
 from .int_ranges import fold_int_ranges, is_int_dtype
-from .ir import Graph, Node, feeding
+from .ir import Graph, Node, at_line, feeding
 from .literal_folding import fold_literals
 from .one_hot import fold_one_hots
 from .padded_pieces import join_padded_pieces
@@ -208,7 +208,7 @@ def canonicalize(graph: Graph) -> Graph:
         operand = nodes[node.operands[0]]
         if math.prod(operand.shape) != math.prod(node.shape):
             raise ScalifyError(
-                f"reshape `{node.name}`{_at(node)} turns {list(operand.shape)} into "
+                f"reshape `{node.name}`{at_line(node.loc)} turns {list(operand.shape)} into "
                 f"{list(node.shape)}, another number of elements: the program's shapes "
                 "disagree (a manual shard_map region in a program that is not yet "
                 "partitioned, read as global?)",
@@ -273,10 +273,6 @@ def _reshapes_several_groups(source: tuple[int, ...], target: tuple[int, ...]) -
         return False
     groups = reshape_groups(source, target)
     return sum(len(si) > 1 or len(sj) > 1 for si, sj in groups) > 1
-
-
-def _at(node: Node) -> str:
-    return f" ({node.loc.file}:{node.loc.line})" if node.loc and node.loc.file else ""
 
 
 def _prune(graph: Graph) -> Graph:

@@ -11,26 +11,28 @@ from __future__ import annotations
 
 from collections import deque
 
-from .ir import Graph, Node
-from .layout import Layout, canonical, layout_str
+from .ir import Graph, at_line
+from .layout import canonical, layout_str
+from .relations import Relation
 
 
-def early_output(
-    base: Graph, dist: Graph, index: int, dist_id: int, base_id: int, want: Layout, proven
-) -> str | None:
-    """The reason for the finding, or None when the output relates to no earlier baseline
-    value by the required layout."""
-    wanted = canonical(want)
-    earlier = [b for lay, b in proven.get(dist_id, ()) if b != base_id and canonical(lay) == wanted]
-    path = next((p for b in earlier if (p := _path(base, b, base_id))), None)
+def early_output(base: Graph, index: int, rel: Relation, proven) -> str | None:
+    """The reason for the finding about output `index` (its relation `rel`), or None when
+    it relates to no earlier baseline value by the required layout."""
+    wanted = canonical(rel.layout)
+    earlier = [
+        b for lay, b in proven.get(rel.dist_id, ()) if b != rel.base_id and canonical(lay) == wanted
+    ]
+    path = next((p for b in earlier if (p := _path(base, b, rel.base_id))), None)
     if path is None:
         return None
     value, after = base.node(path[0]), base.node(path[1])
     return (
-        f"output {index} is {layout_str(want)} of baseline `{value.name}`{_at(value)}, a value "
-        f"the baseline computes before its output: the baseline goes on with "
-        f"{after.op} `{after.name}`{_at(after)}, which the distributed program does not "
-        "do (a division by the number of micro-batches or devices, say)"
+        f"output {index} is {layout_str(rel.layout)} of baseline `{value.name}`"
+        f"{at_line(value.loc)}, a value the baseline computes before its output: the "
+        f"baseline goes on with {after.op} `{after.name}`{at_line(after.loc)}, which the "
+        "distributed program does not do (a division by the number of micro-batches or "
+        "devices, say)"
     )
 
 
@@ -51,8 +53,3 @@ def _path(base: Graph, start: int, goal: int) -> list[int] | None:
                 came[user] = node
                 queue.append(user)
     return None
-
-
-def _at(node: Node) -> str:
-    loc = node.loc
-    return f" ({loc.file}:{loc.line})" if loc and loc.file else ""

@@ -33,6 +33,11 @@ class SourceLoc:
         return f"{where} ({self.function})" if self.function else where
 
 
+def at_line(loc: SourceLoc | None) -> str:
+    """` (file:line)` for a message naming an op, or nothing when there is no location."""
+    return f" ({loc.file}:{loc.line})" if loc and loc.file else ""
+
+
 @dataclass
 class Node:
     """One SSA value.

@@ -396,7 +396,7 @@ def _accumulate(total: Proof, proof: Proof) -> None:
 def _decide(base: Graph, dist: Graph, mesh: Mesh, outputs: list[Relation], proof: Proof):
     proven = proof.relations
     results = []
-    failing = []
+    failing = []  # (output index, relation, the layouts proven to its baseline node)
     for index, rel in enumerate(outputs):
         layouts = [lay for lay, b in proven.get(rel.dist_id, ()) if b == rel.base_id]
         want = canonical(rel.layout)
@@ -418,7 +418,7 @@ def _decide(base: Graph, dist: Graph, mesh: Mesh, outputs: list[Relation], proof
             )
         )
         if not (ok and shape_ok):
-            failing.append((rel, layouts))
+            failing.append((index, rel, layouts))
     if not failing:
         return results, [], False
     # A partitioned proof that broke in one segment is localised inside that segment.
@@ -432,8 +432,8 @@ def _decide(base: Graph, dist: Graph, mesh: Mesh, outputs: list[Relation], proof
             f.node.id, where_dist, where_base, where.relations, where.replicated
         )
     definite = any(f.definite for f in findings)
-    for rel, layouts in failing:
-        reason = None if findings or layouts else _early(base, dist, outputs, rel, proof)
+    for index, rel, layouts in failing:
+        reason = None if findings or layouts else early_output(base, index, rel, proof.relations)
         if reason is not None:
             node = dist.node(rel.dist_id)
             suspects.append(_suspect(node, reason, []))
@@ -446,12 +446,6 @@ def _decide(base: Graph, dist: Graph, mesh: Mesh, outputs: list[Relation], proof
             )
             definite = True
     return results, suspects, definite
-
-
-def _early(base, dist, outputs, rel, proof) -> str | None:
-    return early_output(
-        base, dist, outputs.index(rel), rel.dist_id, rel.base_id, rel.layout, proof.relations
-    )
 
 
 def _suspect(node, reason: str, operands: list[str]) -> Suspect:

@@ -11,6 +11,7 @@ import torch
 from scalify.canonicalize import canonicalize
 from scalify.capture.fx_trace import trace
 from scalify.frontends.fx import graph_from_fx
+from scalify.ir import feeding
 from scalify.simulate.spmd import run_baseline
 
 
@@ -48,6 +49,22 @@ def test_the_inverse_of_a_sort_reads_no_uninitialised_memory():
     graph = canonicalize(graph_from_fx(trace(_restored, (keys, values)), "restored"))
     opaque = {n.attrs.get("hlo_op") for n in graph.opaque_nodes()}
     assert opaque == {"aten.sort"}, opaque  # the sort itself has no semantics
+
+
+def test_a_sort_s_permutation_overwrites_any_destination():
+    """Whatever the destination held (here an input), every entry is written: the result
+    does not read it."""
+
+    def overwritten(keys, held, values):
+        _, perm = torch.sort(keys)
+        out = held.clone()
+        out[perm] = values
+        return out
+
+    inputs = (torch.tensor([3, 1, 2, 0]), torch.randn(4), torch.randn(4))
+    graph = canonicalize(graph_from_fx(trace(overwritten, inputs), "overwritten"))
+    read = {graph.node(i).attrs.get("name") for i in feeding(graph, graph.outputs)}
+    assert "held" not in read and "values" in read, read
 
 
 def test_a_scatter_into_empty_by_other_indices_stays_opaque():

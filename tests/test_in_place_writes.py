@@ -67,6 +67,24 @@ def test_an_in_place_op_on_a_tensor_read_again_is_its_new_value(mesh):
     assert report.verdict == "not_equivalent"
 
 
+def test_chained_in_place_ops_on_a_slice_write_the_tensor(mesh):
+    """`y[:, :2].add_(1).mul_(2)`: the second op writes through the first's result, which
+    is the slice of y."""
+
+    def chained(x):
+        y = x.clone()
+        y[:, :2].add_(1).mul_(2)
+        return y
+
+    def functional(x):
+        return torch.cat([(x[:, :2] + 1) * 2, x[:, 2:]], dim=1)
+
+    report = _check(mesh, functional, chained, (4, 4))
+    assert report.verdict == "equivalent", [s.reason for s in report.suspects[:2]]
+    report = _check(mesh, lambda x: torch.cat([x[:, :2] + 1, x[:, 2:]], dim=1), chained, (4, 4))
+    assert report.verdict == "not_equivalent"
+
+
 def test_a_write_through_another_view_then_read_is_refused(mesh):
     def through_transpose(x, y):
         out = x.clone()

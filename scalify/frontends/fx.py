@@ -59,7 +59,7 @@ from typing import Any
 from scalify.errors import ScalifyError
 from scalify.frames import pick_location
 from scalify.frontends.common import prune_and_renumber
-from scalify.ir import Graph, Node, SourceLoc
+from scalify.ir import Graph, Node, SourceLoc, at_line
 
 # the namespace of the ops that name device-dependent values (scalify/capture/device_ops.py)
 DEVICE_NAMESPACE = "scalify"
@@ -260,18 +260,13 @@ def _dtype_of(torch_dtype: Any) -> str:
     return _DTYPES.get(name, name)
 
 
-_UNINITIALISED = frozenset({"empty", "empty_like", "empty_permuted", "new_empty", "empty_strided"})
-
-
 def _writes_every_entry(destination: Any, indices: Any) -> bool:
-    """`torch.empty(n)[perm] = v` with perm the indices of a sort of n values: each entry
-    is written once, so what the uninitialised memory held is never read (transformers'
-    experts invert their sort so)."""
+    """`out[perm] = v` with perm the indices of a sort of as many values as out has along
+    its one dim: each entry is written once, so what out held is never read (transformers'
+    experts invert their sort into `torch.empty` so)."""
     if not isinstance(indices, (list, tuple)) or len(indices) != 1:
         return False
-    index, target = indices[0], getattr(destination, "target", None)
-    if target is None or _op_name(target)[1] not in _UNINITIALISED:
-        return False
+    index = indices[0]
     if getattr(index, "target", None) is not operator.getitem or index.args[1] != 1:
         return False
     sort = index.args[0]
@@ -1116,14 +1111,8 @@ class _Lowering:
         return self.new("pad", (grad, zero), shape, dtype, {"padding": padding}, final=True)
 
     def op_slice(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
-        args, kwargs = list(fx_node.args), fx_node.kwargs
-        x = self.tensor(args[0])
-        names = ("dim", "start", "end", "step")
-        defaults = (0, None, None, 1)
-        dim, start, end, step = (
-            args[i + 1] if len(args) > i + 1 else kwargs.get(n, d)
-            for i, (n, d) in enumerate(zip(names, defaults, strict=True))
-        )
+        x = self.tensor(fx_node.args[0])
+        dim, start, end, step = _slice_args(fx_node)
         rank = len(self.shape(x))
         value, _ = self.slice_node(x, int(dim) % rank, start, end, step or 1, final=True)
         return value
@@ -1879,8 +1868,7 @@ class _Lowering:
         concatenation); written through another view, every later read of the tensor is
         refused. Either way the views made before the write go stale: reading one is
         refused, never read as the old value."""
-        schema = getattr(fx_node.target, "_schema", None)
-        if schema is None or not _writes_in_place(schema) or self.rewritable_in_place(fx_node):
+        if not _in_place(fx_node) or self.rewritable_in_place(fx_node):
             return
         target = fx_node.args[0]
         if not self.is_node(target):
@@ -1892,7 +1880,7 @@ class _Lowering:
         stale = [v for v in self.views_of(root) if self.order[v] < self.order[fx_node]]
         new = self.functional_value(fx_node, namespace, name, overload)
         self.env[fx_node] = new
-        if new is None or not all(_plain_slice(v) for v in chain):
+        if new is None or not all(_plain_slice(v) or _in_place(v) for v in chain):
             stale.append(root)  # a write Scalify cannot put back: no later read of it
         elif not chain:
             self.env[root] = new
@@ -1914,12 +1902,18 @@ class _Lowering:
         return value if isinstance(value, int) and not isinstance(value, bool) else None
 
     def write_back(self, root: Any, chain: list[Any], written: int) -> int:
-        """`root`'s value with the slice that `chain` (target first) views replaced."""
+        """`root`'s value with the slice that `chain` (target first: slices, and results of
+        earlier in-place ops, which are their targets) views replaced."""
         current = {root: self.env[root]}
         for view in reversed(chain):
+            if _in_place(view):  # an earlier in-place op's result is its target itself
+                current[view] = current[view.args[0]]
+                continue
             dim, begin, end = self.slice_bounds(view, current[view.args[0]])
             current[view] = self.piece(current[view.args[0]], dim, begin, end)
         for view in chain:
+            if _in_place(view):
+                continue
             parent = current[view.args[0]]
             dim, begin, end = self.slice_bounds(view, parent)
             size, dtype = self.shape(parent)[dim], self.dtype(parent)
@@ -1930,11 +1924,10 @@ class _Lowering:
         return written
 
     def slice_bounds(self, view: Any, parent: int) -> tuple[int, int, int]:
+        """(dim, begin, end) of a step-1 `aten.slice` view of `parent`'s value."""
         shape = self.shape(parent)
-        args = list(view.args) + [None] * 4
-        dim = int(args[1] if args[1] is not None else view.kwargs.get("dim", 0)) % len(shape)
-        start = args[2] if args[2] is not None else view.kwargs.get("start")
-        end = args[3] if args[3] is not None else view.kwargs.get("end")
+        dim, start, end, _ = _slice_args(view)
+        dim = int(dim) % len(shape)
         begin, stop, _ = slice(start, end, 1).indices(shape[dim])
         return dim, begin, max(begin, stop)
 
@@ -1971,10 +1964,10 @@ class _Lowering:
         for arg in _flatten([list(fx_node.args), list(fx_node.kwargs.values())]):
             writer = self.stale.get(arg) if self.is_node(arg) else None
             if writer is not None:
-                where = f" ({self.loc.file}:{self.loc.line})" if self.loc else ""
                 raise ScalifyError(
-                    f"`{fx_node.name}`{where} reads `{arg.name}` after `{writer.name}` wrote "
-                    "into its memory in place; Scalify reads such writes only through slices "
+                    f"`{fx_node.name}`{at_line(self.loc)} reads `{arg.name}` after "
+                    f"`{writer.name}` wrote into its memory in place; Scalify reads such "
+                    "writes only through slices "
                     "of a tensor read afterwards, so it does not guess this value",
                     self.path,
                 )
@@ -2200,12 +2193,25 @@ def _writes_in_place(schema: Any) -> bool:
     return bool(info is not None and info.is_write and schema.name.endswith("_"))
 
 
+def _slice_args(node: Any) -> tuple[Any, Any, Any, Any]:
+    """(dim, start, end, step) of an `aten.slice` node, defaults filled in."""
+    args, kwargs = node.args, node.kwargs
+    names, defaults = ("dim", "start", "end", "step"), (0, None, None, 1)
+    return tuple(  # type: ignore[return-value]
+        args[i + 1] if len(args) > i + 1 else kwargs.get(name, default)
+        for i, (name, default) in enumerate(zip(names, defaults, strict=True))
+    )
+
+
+def _in_place(node: Any) -> bool:
+    """The result of an in-place op (`y.add_(1)`): its target, written."""
+    schema = getattr(node.target, "_schema", None)
+    return schema is not None and _writes_in_place(schema)
+
+
 def _plain_slice(node: Any) -> bool:
     """`aten.slice(x, dim, start, end)` with step 1."""
-    if _op_name(node.target)[1] != "slice":
-        return False
-    step = node.args[4] if len(node.args) > 4 else node.kwargs.get("step", 1)
-    return step in (None, 1)
+    return _op_name(node.target)[1] == "slice" and _slice_args(node)[3] in (None, 1)
 
 
 def _is_view(node: Any) -> bool:
