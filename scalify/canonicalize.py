@@ -228,17 +228,6 @@ def canonicalize(graph: Graph) -> Graph:
             for step in alternative:
                 nodes[step.id] = step
             graph.equalities.append((node.id, alternative[-1].id))
-        kept = _kept_dims(operand.shape, node.shape)
-        if kept is not None:
-            # `x.reshape(b, 1, s)` inserts a unit dim: also a broadcast, which carries a shard
-            # of the dim beside it on to its own place (a split would put it on the unit dim)
-            alternative = Node(
-                next_id, "broadcast", (operand.id,), node.shape, node.dtype, {"dims": kept},
-                node.loc, f"{node.name}.unit", node.framework_op,
-            )  # fmt: skip
-            nodes[alternative.id] = alternative
-            next_id += 1
-            graph.equalities.append((node.id, alternative.id))
         if _reshapes_several_groups(operand.shape, node.shape):
             # `x.view(B, S, H * D).view(B * S, H * D)` passes through a value that the
             # reshape at once, merged from the first group, never makes: both orders enter
@@ -254,6 +243,19 @@ def canonicalize(graph: Graph) -> Graph:
     graph.nodes = nodes
     add_views_through_broadcasts(graph)
     return _prune(graph)
+
+
+def _unit_insertion(node: Node, operand: Node | None) -> tuple[int, ...] | None:
+    """Where the operand's dims land when `node` only inserts size-1 dims: a broadcast that
+    stretches none, or a reshape of a shape without unit dims (so the placement is
+    unambiguous). None for anything else."""
+    if operand is None:
+        return None
+    if node.op == "broadcast":
+        return tuple(node.attrs["dims"]) if _only_adds_unit_dims(node, operand) else None
+    if node.op == "reshape":
+        return _kept_dims(operand.shape, node.shape)
+    return None
 
 
 def _kept_dims(source: tuple[int, ...], target: tuple[int, ...]) -> tuple[int, ...] | None:
@@ -477,29 +479,28 @@ def _fold(graph: Graph) -> Graph:
         operand = (
             nodes.get(alias.get(node.operands[0], node.operands[0])) if node.operands else None
         )
-        unit_broadcast = (
-            operand is not None and node.id not in paired and _only_adds_unit_dims(node, operand)
-        )
+        dims = _unit_insertion(node, operand) if node.id not in paired else None
         kept = (
-            Node(  # the broadcast form, kept beside the reshape it becomes (see below)
+            Node(  # the broadcast form, kept beside the reshape (see below)
                 next_id,
                 "broadcast",
                 (operand.id,),
                 node.shape,
                 node.dtype,
-                dict(node.attrs),
+                {"dims": dims},
                 node.loc,
                 f"{node.name}.broadcast",
                 node.framework_op,
             )
-            if unit_broadcast
+            if dims is not None
             else None
         )
         add(node)
         if kept is not None and node.id in nodes and len(node.shape) > len(operand.shape):
             # A new dim of size 1 is a view here, and a broadcast to a dim that is split
-            # down to one entry per device (one head per device) in the other graph; both
-            # forms go into the e-graph as equal values.
+            # down to one entry per device (one head per device) in the other graph, or
+            # beside one (`mask.reshape(b, 1, s)` on a sequence shard, where a split would
+            # put the shard on the unit dim); both forms go into the e-graph as equal values.
             next_id += 1
             nodes[kept.id] = kept
             graph.equalities.append((node.id, kept.id))
