@@ -16,7 +16,7 @@ from .device_tables import fold_device_tables
 from .errors import ScalifyError
 from .int_ranges import fold_int_ranges, is_int_dtype
 from .ir import Graph, Node, at_line, feeding
-from .literal_folding import fold_literals
+from .literal_folding import fold_literals, is_zero_fill
 from .one_hot import fold_one_hots
 from .padded_pieces import join_padded_pieces
 from .static_indices import fold_static_indices
@@ -286,21 +286,13 @@ def _prune(graph: Graph) -> Graph:
     return graph
 
 
-def _is_zero(node: Node) -> bool:
-    return (
-        node.op == "constant"
-        and node.shape == ()
-        and str(node.attrs.get("value")) in ("0", "0.0", "-0")
-    )
-
-
 def _slice_along_one_dim(node: Node, nodes: dict[int, Node]) -> None:
     """A dynamic slice that starts at 0 and keeps every dim but one becomes `slice_at(x,
     start)` with the dim, the slice size and how many such slices fill the dim (`parts`)."""
     x, *starts = node.operands
     sizes = tuple(node.attrs.get("sizes", node.shape))
     operand = nodes[x]
-    moving = [d for d, s in enumerate(starts) if not _is_zero(nodes[s])]
+    moving = [d for d, s in enumerate(starts) if not is_zero_fill(s, nodes)]
     if len(moving) != 1:
         return
     (d,) = moving
@@ -316,7 +308,7 @@ def _update_along_one_dim(node: Node, nodes: dict[int, Node]) -> None:
     """A dynamic-update-slice whose block spans every dim but one and starts at 0 in them
     becomes `update_at(x, block, start)` along that dim (a scan stacking its outputs)."""
     x, block, *starts = node.operands
-    moving = [d for d, s in enumerate(starts) if not _is_zero(nodes[s])]
+    moving = [d for d, s in enumerate(starts) if not is_zero_fill(s, nodes)]
     if len(moving) != 1:
         return
     (d,) = moving
@@ -446,7 +438,7 @@ def _fold(graph: Graph) -> Graph:
             alias[node.id] = operands[0]
             return
         if node.op == "sub" and node.shape == ():  # device-index arithmetic: x - 0, x - x
-            if _is_zero(nodes[operands[1]]) and nodes[operands[0]].dtype == node.dtype:
+            if is_zero_fill(operands[1], nodes) and nodes[operands[0]].dtype == node.dtype:
                 alias[node.id] = operands[0]
                 return
             if operands[0] == operands[1] and is_int_dtype(node.dtype):

@@ -74,17 +74,16 @@ def _added_to_zero(node: Node, nodes: dict[int, Node]) -> int | None:
     """The operand of `x + 0` that is x, when x has the sum's shape and type."""
     for zero, other in (node.operands, node.operands[::-1]):
         kept = nodes[other]
-        if kept.shape != node.shape or kept.dtype != node.dtype:
-            continue
-        value = fill_value(nodes[zero], nodes)
-        if value is not None and _is_zero_text(value):
+        if kept.shape == node.shape and kept.dtype == node.dtype and is_zero_fill(zero, nodes):
             return other
     return None
 
 
-def _is_zero_text(value: str) -> bool:
+def is_zero_fill(node_id: int, nodes: dict[int, Node]) -> bool:
+    """A zero scalar, or a fill of one (`0`, `0.0`, `-0.0`, however the frontend spelled it)."""
+    text = fill_value(nodes[node_id], nodes)
     try:
-        return float(value) == 0.0
+        return text is not None and float(text) == 0.0
     except ValueError:
         return False
 

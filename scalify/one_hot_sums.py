@@ -30,7 +30,7 @@ from __future__ import annotations
 from .block_lookup import dim_labels
 from .index_forms import IndexReader
 from .ir import ROW_MAJOR_VIEWS, Graph, NewNodes, Node, replace_nodes
-from .literal_folding import fill_value, folded_literal
+from .literal_folding import fill_value, folded_literal, is_zero_fill
 
 Ranges = dict[int, tuple[float, float]]
 
@@ -238,7 +238,7 @@ def _block_masked(node_id: int, k: int, graph: Graph, reader: IndexReader):
         candidates = [
             (value, test, False)
             for value, zero in ((first, second), (second, first))
-            if _is_zero(nodes[zero], nodes)
+            if is_zero_fill(zero, nodes)
         ]
     else:
         return None
@@ -265,14 +265,6 @@ def _block_masked(node_id: int, k: int, graph: Graph, reader: IndexReader):
             continue
         return value, found[0]
     return None
-
-
-def _is_zero(node: Node, nodes: dict[int, Node]) -> bool:
-    text = fill_value(node, nodes)
-    try:
-        return text is not None and float(text) == 0.0
-    except ValueError:
-        return False
 
 
 def _unit_aligned(labels: list, predicate: Node) -> bool:
