@@ -22,6 +22,7 @@ from .engine.encode import (
     vocabulary_facts,
 )
 from .engine.frontier import frontier, output_mismatch
+from .engine.scaling import scaling_facts
 from .errors import ScalifyError
 from .frontends import load_graph
 from .ir import Graph
@@ -247,7 +248,7 @@ def prove(
     Returns what was proven for each distributed node and the run's statistics.
     """  # noqa: D401
     signatures: dict = {}
-    commands = vocabulary_facts(mesh, [base, dist])
+    commands = vocabulary_facts(mesh, [base, dist]) + scaling_facts(mesh, [base, dist])
     base_ids, dist_ids = set(base.nodes), set(dist.nodes)
     parts = local_part_cuts(inputs, mesh)  # inputs related through their parts
     base, dist, inputs = with_part_views(base, dist, inputs, mesh)

@@ -47,3 +47,19 @@ def test_the_doubled_gradients_of_an_unchecked_psum_are_caught(programs):
     )
     assert (first["file"].endswith("export.py"), first["line"]) == (True, line)
     assert report["counterexample"]
+
+
+def test_a_data_parallel_step_averaging_local_means_is_proved(programs):
+    """Each device's mean over its own rows (a literal 1/64 where the baseline has 1/128),
+    the gradients averaged by `pmean`: the division by dp's size meets the baseline's 1/128."""
+    code, report = verify_json(programs / "baseline_mean.hlo", programs / "data_parallel.hlo")
+    assert (code, report["verdict"]) == (0, "equivalent"), report["suspects"][:1]
+
+
+@pytest.mark.parametrize("program", ["data_parallel_summed.hlo", "data_parallel_checked.hlo"])
+def test_gradients_left_dp_times_too_large_are_caught(programs, program):
+    """Summed where an average was meant, or averaged after autodiff already summed them
+    (`check_vma=True`): each weight's gradient is twice the baseline's."""
+    code, report = verify_json(programs / "baseline_mean.hlo", programs / program)
+    assert (code, report["verdict"]) == (1, "not_equivalent")
+    assert report["counterexample"]

@@ -16,6 +16,8 @@ import egglog.bindings as egglog
 
 from scalify.errors import ScalifyError
 
+from .scaling import scaling_rules
+
 CHUNK = 400
 # Rounds run between two checks of the size limit; a check reads every table's size.
 REPORT_PASSES = 12
@@ -37,6 +39,7 @@ class EGraphSession:
     def __init__(self) -> None:
         self.egraph = egglog.EGraph()
         self.feed([resources.files("scalify.engine").joinpath("prelude.egg").read_text()])
+        self.feed([scaling_rules()])
 
     def feed(self, commands: list[str]) -> None:
         """Run `commands` (egglog text) in chunks."""

@@ -12,7 +12,7 @@ from scalify.layout import Layout, Placement, local_shape
 from scalify.simulate.kernels import NotSimulable, dtype_kind, host
 
 from .indexing import asks_for_masked_lookup, device_slice, masked_lookup
-from .spec import KeyInput, OpSpec, ints, no_key, same_shape_maps
+from .spec import EACH, TOGETHER, KeyInput, OpSpec, Scaling, ints, no_key, same_shape_maps
 
 
 def _divide(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -172,6 +172,7 @@ def _elementwise(
     attrs: dict[str, str] | None = None,
     generate=None,
     quiet: bool = True,
+    scaling: Scaling | None = None,
     **draw,
 ) -> OpSpec:
     """An elementwise op. `kernel` takes the operand values, or with `quiet=False` the node
@@ -187,6 +188,7 @@ def _elementwise(
         generate=generate or (lambda b: instance(b, name, arity, **draw)),
         check_types=check_types,
         elementwise=True,
+        scaling=scaling,
     )
 
 
@@ -218,7 +220,7 @@ def _not(x: np.ndarray) -> np.ndarray:
 
 
 OPS = [
-    _elementwise("neg", 1, np.negative),
+    _elementwise("neg", 1, np.negative, scaling=TOGETHER),
     _elementwise("exp", 1, np.exp, key=_all_dims_key, attrs={"all_dims": "S"}),
     _elementwise("log", 1, np.log),
     _elementwise("tanh", 1, np.tanh),
@@ -244,12 +246,20 @@ OPS = [
     _elementwise("log_plus_one", 1, np.log1p),
     _elementwise("cos", 1, np.cos),
     _elementwise("sin", 1, np.sin),
-    _elementwise("add", 2, np.add, int_dtype=True),
-    _elementwise("sub", 2, np.subtract, int_dtype=True),
-    _elementwise("mul", 2, np.multiply, key=_all_dims_key, attrs={"all_dims": "S"}, int_dtype=True),
-    _elementwise("div", 2, _divide, int_dtype=True),
-    _elementwise("max", 2, np.maximum),
-    _elementwise("min", 2, np.minimum),
+    _elementwise("add", 2, np.add, int_dtype=True, scaling=TOGETHER),
+    _elementwise("sub", 2, np.subtract, int_dtype=True, scaling=TOGETHER),
+    _elementwise(
+        "mul",
+        2,
+        np.multiply,
+        key=_all_dims_key,
+        attrs={"all_dims": "S"},
+        int_dtype=True,
+        scaling=EACH,
+    ),
+    _elementwise("div", 2, _divide, int_dtype=True, scaling=Scaling("each", (0,))),
+    _elementwise("max", 2, np.maximum, scaling=TOGETHER),
+    _elementwise("min", 2, np.minimum, scaling=TOGETHER),
     _elementwise("pow", 2, np.power),
     _elementwise(
         "compare",
@@ -272,11 +282,13 @@ OPS = [
         lambda node, args: np.where(args[0], args[1], args[2]),
         generate=_select_instance,
         quiet=False,
+        scaling=Scaling("together", (1, 2)),
     ),
     _elementwise(
         "clamp",
         3,
         lambda node, args: np.minimum(np.maximum(args[1], args[0]), args[2]),
         quiet=False,
+        scaling=TOGETHER,
     ),
 ]

@@ -10,7 +10,15 @@ from scalify.layout import Placement, local_shape
 from scalify.simulate import indexing
 from scalify.simulate.kernels import NotSimulable, host
 
-from .spec import KeyInput, OpSpec, attrs_and_shape_key, int_attrs_key, ints
+from .spec import (
+    TOGETHER,
+    KeyInput,
+    OpSpec,
+    Scaling,
+    attrs_and_shape_key,
+    int_attrs_key,
+    ints,
+)
 
 # take / take_along
 
@@ -388,6 +396,7 @@ def _scatter_key(k: KeyInput, sig) -> list[str]:
     """The buffer's sizes but its batching dims: a fill has none."""
     node, a = k.node, k.node.attrs
     batching = a["input_batching_dims"]
+    sig.attrs_s["op"] = str(a["op"])
     return [
         repr(sorted((name, str(v)) for name, v in a.items())),
         "sizes=" + ints(n for d, n in enumerate(node.shape) if d not in batching),
@@ -474,6 +483,7 @@ OPS = [
         kernel=_take,
         generate=lambda b: _lookup_instance(b, along=False),
         sized_operand=True,
+        scaling=Scaling("each", (0,)),
     ),
     OpSpec(
         "take_along",
@@ -484,6 +494,7 @@ OPS = [
         kernel=_take_along,
         generate=lambda b: _lookup_instance(b, along=True),
         sized_operand=True,
+        scaling=Scaling("each", (0,)),
     ),
     _block_spec("in_block", inside=True),
     _block_spec("block_offset", inside=False),
@@ -518,6 +529,7 @@ OPS = [
             args[0].dtype
         ),
         generate=_cumsum_instance,
+        scaling=TOGETHER,
     ),
     OpSpec(
         "slice_at",
@@ -526,6 +538,7 @@ OPS = [
         key=int_attrs_key("dim", "size", "parts"),
         kernel=_slice_at,
         generate=device_slice,
+        scaling=Scaling("each", (0,)),
     ),
     OpSpec("dynamic_slice", key=attrs_and_shape_key, kernel=_dynamic_slice),
     OpSpec("dynamic_update_slice", key=attrs_and_shape_key, kernel=_dynamic_update_slice),
@@ -537,6 +550,7 @@ OPS = [
         dim_map=_update_at_maps,
         kernel=_update_at,
         generate=_update_at_instance,
+        scaling=Scaling("together", (0, 1)),
     ),
     OpSpec(
         "gather",
@@ -547,14 +561,17 @@ OPS = [
         check_types=_batching_types(
             "gather", "operand_batching_dims", "start_indices_batching_dims"
         ),
+        scaling=Scaling("each", (0,)),
     ),
     OpSpec(
         "scatter",
         arity=(3,),
+        attrs={"op": "S"},
         key=_scatter_key,
         dim_map=_scatter_maps,
         kernel=lambda node, args: indexing.scatter(node, args[0], args[1], args[2]),
         generate=lambda b: _batched_indexing(b, scatter=True),
         check_types=_scatter_types,
+        scaling=Scaling("together", (0, 2), when=("op", ("sum", "max", "min", "replace"))),
     ),
 ]

@@ -85,6 +85,27 @@ def ints(values) -> str:
 
 
 @dataclass(frozen=True)
+class Scaling:
+    """How an op meets a positive factor: dividing the operands named here by n divides the
+    result by n. `each`: any one of them alone (a dot, a product, a lookup's table);
+    `together`: all of them at once (a sum, a select's two branches, a pad and its fill).
+    `operands=None` names every operand; `when` is an attribute and the values it must have
+    (a reduce that sums or takes a maximum or minimum, which a positive factor passes)."""
+
+    mode: str
+    operands: tuple[int, ...] | None = None
+    when: tuple[str, tuple[str, ...]] | None = None
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("each", "together"):
+            raise ValueError(f"scaling mode must be each or together, got {self.mode!r}")
+
+
+EACH = Scaling("each")
+TOGETHER = Scaling("together")
+
+
+@dataclass(frozen=True)
 class OpSpec:
     """One canonical op.
 
@@ -95,6 +116,7 @@ class OpSpec:
     local output shape). `pure`: equal operands give equal results on every device.
     `ordered_groups`: the order of a replica group matters (which device holds which block).
     `sized_operand`: rules may read the sizes of the first operand (`size(X, d)`).
+    `scaling`: how a division by a group's size passes through the op (see `Scaling`).
     """
 
     name: str
@@ -111,6 +133,7 @@ class OpSpec:
     pure: bool = True
     ordered_groups: bool = False
     sized_operand: bool = False
+    scaling: Scaling | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "attrs", MappingProxyType(dict(self.attrs)))

@@ -9,7 +9,16 @@ import numpy as np
 
 from scalify.simulate.kernels import REDUCERS, NotSimulable, host
 
-from .spec import KeyInput, OpSpec, attrs_and_shape_key, int_attrs_key, ints
+from .spec import (
+    EACH,
+    TOGETHER,
+    KeyInput,
+    OpSpec,
+    Scaling,
+    attrs_and_shape_key,
+    int_attrs_key,
+    ints,
+)
 
 _NUMBER = re.compile(r"-?inf|nan|true|false|[-+0-9.eE]+")
 
@@ -438,6 +447,7 @@ OPS = [
         kernel=_dot,
         generate=_dot_instance,
         check_types=_dot_types,
+        scaling=EACH,
     ),
     OpSpec(
         "reduce",
@@ -447,6 +457,7 @@ OPS = [
         dim_map=_reduce_maps,
         kernel=_reduce,
         generate=_reduce_instance,
+        scaling=Scaling("together", when=("op", ("sum", "max", "min"))),
     ),
     OpSpec(
         "broadcast",
@@ -456,6 +467,7 @@ OPS = [
         dim_map=lambda node, shapes, out_rank: [list(node.attrs["dims"])],
         kernel=_broadcast,
         generate=_broadcast_instance,
+        scaling=TOGETHER,
     ),
     OpSpec("reshape", arity=(1,), key=_reshape_key, kernel=_reshape),
     OpSpec(
@@ -466,6 +478,7 @@ OPS = [
         dim_map=_merge_maps,
         kernel=_reshape,
         generate=_merge_instance,
+        scaling=TOGETHER,
     ),
     OpSpec(
         "split",
@@ -475,6 +488,7 @@ OPS = [
         dim_map=_split_maps,
         kernel=_reshape,
         generate=_split_instance,
+        scaling=TOGETHER,
     ),
     OpSpec(
         "transpose",
@@ -483,6 +497,7 @@ OPS = [
         dim_map=_transpose_maps,
         kernel=lambda node, args: np.transpose(args[0], node.attrs["perm"]),
         generate=_transpose_instance,
+        scaling=TOGETHER,
     ),
     OpSpec(
         "slice",
@@ -491,6 +506,7 @@ OPS = [
         dim_map=_slice_maps,
         kernel=_slice,
         generate=_slice_instance,
+        scaling=TOGETHER,
     ),
     OpSpec(
         "concatenate",
@@ -500,6 +516,7 @@ OPS = [
         dim_map=_concatenate_maps,
         kernel=lambda node, args: np.concatenate(args, axis=int(node.attrs["dim"])),
         generate=_concatenate_instance,
+        scaling=TOGETHER,
     ),
-    OpSpec("pad", arity=(2,), key=attrs_and_shape_key, kernel=_pad),
+    OpSpec("pad", arity=(2,), key=attrs_and_shape_key, kernel=_pad, scaling=TOGETHER),
 ]

@@ -69,3 +69,41 @@ for name, check in (("shard_map.hlo", True), ("shard_map_unchecked.hlo", False))
         check_vma=check,
     )
     (OUT / name).write_text(hlo(jax.jit(by_hand).lower(*args)))
+
+
+def mean_loss(params, x):
+    """The loss as data-parallel code writes it: the mean over the batch."""
+    w1, w2 = params
+    return jnp.mean(jnp.square(jax.nn.relu(x @ w1) @ w2))
+
+
+def data_parallel_step(reduce):
+    """Each device's mean loss over its own rows of the batch and its gradients, reduced over
+    dp by `reduce` (`jax.lax.pmean` is right; `jax.lax.psum` leaves them dp times too large)."""
+
+    def step(params, x):
+        value, grads = jax.value_and_grad(mean_loss)(params, x)
+        return jax.lax.pmean(value, "dp"), jax.tree.map(lambda g: reduce(g, "dp"), grads)
+
+    return step
+
+
+(OUT / "baseline_mean.hlo").write_text(hlo(jax.jit(jax.value_and_grad(mean_loss)).lower(*args)))
+dp_mesh = Mesh(jax.devices(), ("dp",))
+# With `check_vma=False` (pmap's semantics) each device's gradients are its own and `pmean`
+# averages them. With JAX's default `check_vma=True` the gradient of a weight the same on
+# every device is already summed over dp by autodiff (the transpose of its implicit
+# `pvary`), so the same `pmean` leaves it dp times too large.
+for name, reduce, check in (
+    ("data_parallel.hlo", jax.lax.pmean, False),
+    ("data_parallel_summed.hlo", jax.lax.psum, False),
+    ("data_parallel_checked.hlo", jax.lax.pmean, True),
+):
+    by_device = shard_map(
+        data_parallel_step(reduce),
+        mesh=dp_mesh,
+        in_specs=((P(), P()), P("dp")),
+        out_specs=(P(), (P(), P())),
+        check_vma=check,
+    )
+    (OUT / name).write_text(hlo(jax.jit(by_device).lower(*args)))

@@ -239,21 +239,23 @@ def _line(text: str, after: str = "") -> int:
     return next(i for i, line in enumerate(lines[start:], start + 1) if text in line)
 
 
-# ---- data parallel: gradients all-reduced by hand, the loss normalised by the global count
+# ---- data parallel: gradients all-reduced by hand
 
 
-def _ddp_check(grad_reduce: str):
-    """Each device's batch shard, its loss summed and divided by the global number of
-    elements (torchtitan's `global_valid_tokens`), its gradients all-reduced with
-    `grad_reduce`: "sum" is right, "avg" divides by the data-parallel size a second time."""
+def _ddp_check(grad_reduce: str, loss_scale: str = "global", dp: int = 2):
+    """Each device's batch shard, its gradients all-reduced with `grad_reduce`. With
+    `loss_scale="global"` the loss is summed and divided by the global number of elements
+    (torchtitan's `global_valid_tokens`): "sum" is right, "avg" divides by the data-parallel
+    size a second time. With "local" the loss is each device's own mean (PyTorch DDP's
+    usual step): "avg" is right, "sum" leaves the gradients dp times too large."""
     from torch.distributed import _functional_collectives as funcol
 
-    mesh = fake_mesh("dp=2")
+    mesh = fake_mesh(f"dp={dp}")
     group = mesh.get_group("dp")
     torch.manual_seed(0)
     baseline = MLP()
     model = copy.deepcopy(baseline)
-    x = torch.randn(8, 16)
+    x = torch.randn(4 * dp, 16)
 
     def baseline_step(x):
         loss = baseline(x).square().mean()
@@ -261,11 +263,15 @@ def _ddp_check(grad_reduce: str):
         return loss, [p.grad for p in baseline.parameters()]
 
     def ddp_step(x):
-        loss = model(x).square().sum() / x.new_tensor(float(8 * 16))
+        if loss_scale == "global":
+            loss = model(x).square().sum() / x.new_tensor(float(4 * dp * 16))
+        else:
+            loss = model(x).square().mean()
         loss.backward()
         for weight in model.parameters():
             weight.grad = funcol.all_reduce(weight.grad, grad_reduce, group)
-        return funcol.all_reduce(loss.detach(), "sum", group), [p.grad for p in model.parameters()]
+        total = funcol.all_reduce(loss.detach(), "sum" if loss_scale == "global" else "avg", group)
+        return total, [p.grad for p in model.parameters()]
 
     return check_equivalent(
         baseline_step,
@@ -282,6 +288,16 @@ def test_a_data_parallel_step_normalised_by_the_global_count_is_proved():
     assert report.verdict == "equivalent", [s.reason for s in report.suspects[:2]]
 
 
+@pytest.mark.parametrize("dp", [2, 3])
+def test_a_data_parallel_step_averaging_local_means_is_proved(dp):
+    """Each device's mean holds 1/(4*16) where the baseline's holds 1/(4*dp*16); the
+    average's division by dp meets it (at dp 3 to the nearest float, as the baseline holds
+    1/192)."""
+    report = _ddp_check("avg", loss_scale="local", dp=dp)
+    assert report.verdict == "equivalent", [s.reason for s in report.suspects[:2]]
+    assert [o.proven for o in report.outputs] == ["replicate"] * 3
+
+
 def test_gradients_averaged_twice_are_caught():
     report = _ddp_check("avg")
     assert report.verdict == "not_equivalent"
@@ -289,6 +305,13 @@ def test_gradients_averaged_twice_are_caught():
     assert "wrong group size" in first.reason, first.reason
     line = _line("funcol.all_reduce(weight.grad, grad_reduce, group)")
     assert (first.file.endswith("test_training.py"), first.line) == (True, line), first
+
+
+def test_local_mean_gradients_summed_not_averaged_are_caught():
+    report = _ddp_check("sum", loss_scale="local")
+    assert report.verdict == "not_equivalent"
+    assert [o.ok for o in report.outputs] == [True, False, False]
+    assert report.counterexample
 
 
 # ---- a vocab-parallel cross-entropy with its own backward
