@@ -1,18 +1,24 @@
-"""An output that equals a value the baseline computes before its output: a step is missing.
+"""An output that equals a value the baseline computes before its output, or a multiple of
+its own baseline value: a step is missing.
 
 Gradients accumulated over micro-batches and never divided, a loss summed where the baseline
 averages: every distributed op relates to some baseline value, and the output relates, with
 the layout it must have, to the baseline's value one step before its output. The frontier
 has nothing to show; this says which baseline value the output is, and what the baseline
-does with it next, with both lines.
+does with it next, with both lines. An output proved to be n times its baseline value (n a
+group's size: gradients summed over data-parallel devices where each device's mean needed an
+average) is told at the sum that should have been an average.
 """
 
 from __future__ import annotations
 
 from collections import deque
 
-from .ir import Graph, at_line
+from .ir import Graph, Node, at_line
 from .layout import canonical, layout_str
+from .mesh import Mesh
+from .ops import COLLECTIVES
+from .ops.collectives import collective_axes
 from .relations import Relation
 
 
@@ -52,4 +58,36 @@ def _path(base: Graph, start: int, goal: int) -> list[int] | None:
             if user not in came:
                 came[user] = node
                 queue.append(user)
+    return None
+
+
+def scaled_output(
+    dist: Graph, base: Graph, index: int, rel: Relation, n: int, mesh: Mesh
+) -> tuple[Node, str]:
+    """The suspect for output `index`, proved to be `n` times its baseline value: the last
+    sum over a group of n devices on its way (the reduction that needed dividing by n), and
+    the reason."""
+    node = _last_sum_over(dist, rel.dist_id, n, mesh) or dist.node(rel.dist_id)
+    value = base.node(rel.base_id)
+    where = f" ({node.op} over {collective_axes(node, mesh)})" if node.op in COLLECTIVES else ""
+    return node, (
+        f"output {index} is exactly {n}x the baseline's `{value.name}`{at_line(value.loc)}: "
+        f"a sum over {n} devices{where} where the baseline's mean needs it divided by {n}; "
+        "an average, not a sum, was meant (or the sum is taken twice)"
+    )
+
+
+def _last_sum_over(dist: Graph, start: int, n: int, mesh: Mesh) -> Node | None:
+    """The collective sum over a group of n devices nearest the output, along operands."""
+    seen, queue = {start}, deque([start])
+    while queue:
+        node = dist.node(queue.popleft())
+        if node.op in ("all_reduce", "reduce_scatter") and node.attrs.get("op", "sum") == "sum":
+            groups = node.attrs.get("groups", ())
+            if groups and len(groups[0]) == n:
+                return node
+        for operand in node.operands:
+            if operand not in seen:
+                seen.add(operand)
+                queue.append(operand)
     return None

@@ -12,7 +12,7 @@ from .chunk_axes import CHUNK_AXIS, lift_chunk_axis
 from .compiler.compile import CompiledRuleSet, compile_rule_dir
 from .compiler.lower import rule_name
 from .custom_calls import undeclared_note
-from .early_outputs import early_output
+from .early_outputs import early_output, scaled_output
 from .engine.decode import read_proof
 from .engine.egraph import RunStats, rules_session
 from .engine.encode import (
@@ -22,7 +22,7 @@ from .engine.encode import (
     vocabulary_facts,
 )
 from .engine.frontier import frontier, output_mismatch
-from .engine.scaling import scaling_facts
+from .engine.scaling import scaled_outputs, scaling_facts
 from .errors import ScalifyError
 from .frontends import load_graph
 from .ir import Graph
@@ -194,12 +194,12 @@ def _prove_and_decide(base, dist, rules, mesh, inputs, outputs, limits: Limits):
         proof = prove_partitioned(base, dist, rules.program(), mesh, inputs, limits)
         if limits.progress:  # erase the bar, whichever way the partitioned proof ended
             print("\r" + " " * PROGRESS_LINE + "\r", end="", file=sys.stderr, flush=True)
-    proof = proof or prove(base, dist, rules.program(), mesh, inputs, limits)
+    proof = proof or prove(base, dist, rules.program(), mesh, inputs, limits, outputs)
     results, suspects, definite = _decide(base, dist, mesh, outputs, proof)
     if proof.failed is not None and not suspects:
         # The segment that broke holds no suspect on its own (its cut relation was already
         # wrong): prove the whole graph so the report can point somewhere.
-        proof = prove(base, dist, rules.program(), mesh, inputs, limits)
+        proof = prove(base, dist, rules.program(), mesh, inputs, limits, outputs)
         results, suspects, definite = _decide(base, dist, mesh, outputs, proof)
     for suspect in suspects:
         if suspect.reason.startswith("no rule relates"):
@@ -241,11 +241,18 @@ def alternative_forms(graph: Graph) -> Graph:
 
 
 def prove(
-    base: Graph, dist: Graph, rules_program: str, mesh: Mesh, inputs: list[Relation], limits: Limits
+    base: Graph,
+    dist: Graph,
+    rules_program: str,
+    mesh: Mesh,
+    inputs: list[Relation],
+    limits: Limits,
+    outputs: list[Relation] = (),
 ):
     """Both graphs, the input relations and the rules in one e-graph, run to saturation.
 
-    Returns what was proven for each distributed node and the run's statistics.
+    Returns what was proven for each distributed node and the run's statistics; `outputs`
+    not proved equal to their baseline are then asked whether they are a multiple of it.
     """  # noqa: D401
     signatures: dict = {}
     commands = vocabulary_facts(mesh, [base, dist]) + scaling_facts(mesh, [base, dist])
@@ -263,6 +270,12 @@ def prove(
         session.feed(commands)
         stats = session.saturate(limits.max_rounds, limits.node_limit)
         relations, replicated = read_proof(session)
+        unproved = {
+            r.dist_id: layout_term(f"$b{r.base_id}", r.layout)
+            for r in outputs
+            if all(b != r.base_id for _, b in relations.get(r.dist_id, ()))
+        }
+        scaled = scaled_outputs(session, unproved, mesh) if unproved else {}
     # Only the graphs' own nodes: the alternative forms are the proof's, not the report's.
     # A node related only to an alternative form (a block of a slice of a fused weight) is
     # still no place where a bug starts.
@@ -274,7 +287,7 @@ def prove(
     }
     relations = {d: r for d, r in relations.items() if r}
     reached = (reached | set(parts)) - set(relations)
-    return Proof(relations, replicated & dist_ids, stats, reached=reached)
+    return Proof(relations, replicated & dist_ids, stats, reached=reached, scaled=scaled)
 
 
 @dataclass
@@ -289,6 +302,7 @@ class Proof:
     memo_hits: int = 0
     failed: tuple[Graph, Graph, Proof] | None = None  # the segment where a partitioned proof broke
     reached: set[int] = field(default_factory=set)  # related only to alternative forms
+    scaled: dict[int, int] = field(default_factory=dict)  # output -> n: n x its baseline
 
 
 def prove_partitioned(
@@ -433,6 +447,16 @@ def _decide(base: Graph, dist: Graph, mesh: Mesh, outputs: list[Relation], proof
             f.node.id, where_dist, where_base, where.relations, where.replicated
         )
     definite = any(f.definite for f in findings)
+    # An output proved a multiple of its baseline value is the root cause the frontier (at
+    # the literal where the two programs' means part) cannot name: it goes first.
+    multiples = {}
+    for index, rel, _ in failing:
+        if rel.dist_id in proof.scaled:
+            node, reason = scaled_output(dist, base, index, rel, proof.scaled[rel.dist_id], mesh)
+            multiples.setdefault(node.id, _suspect(node, reason, []))
+    if multiples:
+        suspects = list(multiples.values()) + suspects
+        definite = True
     for index, rel, layouts in failing:
         reason = None if findings or layouts else early_output(base, index, rel, proof.relations)
         if reason is not None:

@@ -63,3 +63,13 @@ def test_gradients_left_dp_times_too_large_are_caught(programs, program):
     code, report = verify_json(programs / "baseline_mean.hlo", programs / program)
     assert (code, report["verdict"]) == (1, "not_equivalent")
     assert report["counterexample"]
+    first = report["suspects"][0]
+    assert first["op"] == "all_reduce", first  # the reduce that averages, at its line
+    assert first["line"] == _line_of("jax.tree.map(lambda g: reduce(g,"), first
+    if program == "data_parallel_summed.hlo":
+        assert "exactly 2x the baseline's" in first["reason"], first
+
+
+def _line_of(text: str) -> int:
+    lines = (REPO / "tests/jax_training/export.py").read_text().splitlines()
+    return next(i for i, line in enumerate(lines, 1) if text in line)

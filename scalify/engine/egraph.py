@@ -50,6 +50,20 @@ class EGraphSession:
             except egglog.EggSmolError as err:
                 raise ScalifyError(f"the e-graph engine rejected the program: {err}") from None
 
+    def holds(self, fact: str) -> bool:
+        """Whether egglog's `(check FACT)` holds now."""
+        try:
+            self.egraph.run_program(*self.egraph.parse_program(f"(check {fact})"))
+        except egglog.EggSmolError:
+            return False
+        return True
+
+    def run_analysis(self) -> None:
+        """The analysis rules alone, to saturation: for terms added after a proof."""
+        self.egraph.run_program(
+            *self.egraph.parse_program("(run-schedule (saturate (run analysis)))")
+        )
+
     def size(self) -> int:
         (output,) = self.egraph.run_program(*self.egraph.parse_program("(print-size)"))
         return sum(n for _, n in output.sizes)

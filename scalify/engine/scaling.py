@@ -23,6 +23,7 @@ from __future__ import annotations
 import itertools
 from fractions import Fraction
 from functools import cache
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -34,6 +35,9 @@ from scalify.ops.spec import Scaling
 from .encode import egg_string, literal_key
 from .signature import dtype_class
 
+if TYPE_CHECKING:
+    from .egraph import EGraphSession
+
 
 @cache
 def scaling_rules() -> str:
@@ -41,8 +45,8 @@ def scaling_rules() -> str:
     registry, and where it stops."""
     lines = [
         "(relation Scalable (T))",
-        "(relation GroupDivisor (String))",
-        "(relation GroupInverse (String String String))  ; 1/n literal, dtype, n",
+        "(relation GroupDivisor (String String))  ; literal n, the group size n",
+        "(relation GroupInverse (String String String))  ; 1/n literal, dtype, the size n",
         "(relation LitDivided (String String String String))  ; c, dtype, n, c/n",
         "(relation LitTimes (String String String String))  ; c, dtype, n, c*n",
         '(rule ((= ?s (Splat ?c ?t))) ((Scalable ?s)) :ruleset analysis :name "scalable-fill")',
@@ -54,8 +58,8 @@ def scaling_rules() -> str:
         _rule(
             "push-origin-div",
             '(= ?d (Op2 "div" ?k ?x (Splat ?n ?t))) (= (AttrS ?k "class") "float") '
-            "(GroupDivisor ?n) (Base ?x) (Scalable ?x)",
-            "(union ?d (Push ?n ?x))",
+            "(GroupDivisor ?n ?g) (Base ?x) (Scalable ?x)",
+            "(union ?d (Push ?g ?x))",
         ),
         _rule(
             "push-origin-mul-right",
@@ -79,6 +83,17 @@ def scaling_rules() -> str:
             '(= ?p (Push ?n ?e)) (= ?e (Op2 "div" ?k ?a (Splat ?c ?t))) '
             '(= (AttrS ?k "class") "float") (LitTimes ?c ?t ?n ?c2)',
             '(union ?p (Op2 "div" ?k ?a (Splat ?c2 ?t)))',
+        ),
+        # a block, or a part of a sum, of x / n is that of x, divided by n
+        _rule(
+            "push-shard",
+            "(= ?p (Push ?n ?s)) (= ?s (Shard ?t ?d ?a))",
+            "(union ?p (Shard (Push ?n ?t) ?d ?a))",
+        ),
+        _rule(
+            "push-partial",
+            '(= ?p (Push ?n ?s)) (= ?s (Partial ?t "sum" ?a))',
+            '(union ?p (Partial (Push ?n ?t) "sum" ?a))',
         ),
     ]
     for name, spec in sorted(OPS.items()):
@@ -119,10 +134,28 @@ def _op_rules(op: str, arity: int, scaling: Scaling) -> list[str]:
     return rules
 
 
+def scaled_outputs(session: EGraphSession, wanted: dict[int, str], mesh: Mesh) -> dict[int, int]:
+    """For each distributed output not proved to have its required layout (`wanted`: its
+    id -> the e-graph term of that layout over its baseline node), the group size n for
+    which it is proved to be n times that (a sum over the group where the baseline's mean
+    needed it divided by n), if any. Runs on the proof's e-graph: the push from the output
+    down to its literals is the only new work."""
+    sizes = sorted(group_sizes(mesh))
+    probes = {(d, n): f"$scaled{d}_{n}" for d in wanted for n in sizes}
+    session.feed([f'(let {name} (Push "{n}" $d{d}))' for (d, n), name in probes.items()])
+    session.run_analysis()
+    found: dict[int, int] = {}
+    for d, term in wanted.items():
+        for n in sizes:
+            if d not in found and session.holds(f"(= {probes[d, n]} {term})"):
+                found[d] = n
+    return found
+
+
 def scaling_facts(mesh: Mesh, graphs: list[Graph]) -> list[str]:
     """The group sizes a division may undo, and the literals a push may fold into: `c / n`
     and `c * n` where that is (to the dtype's rounding) another literal of the graphs."""
-    sizes = _group_sizes(mesh)
+    sizes = group_sizes(mesh)
     if not sizes:
         return []
     literals: dict[str, set[str]] = {}  # key -> dtypes
@@ -132,14 +165,17 @@ def scaling_facts(mesh: Mesh, graphs: list[Graph]) -> list[str]:
                 key = literal_key(node.attrs.get("value"), node.dtype)
                 literals.setdefault(key, set()).add(node.dtype)
     values = {key: value for key in literals if (value := _value(key)) is not None}
-    divisors = {key: int(v) for key, v in values.items() if v in sizes}
-    facts = [f"(GroupDivisor {egg_string(key)})" for key in sorted(divisors)]
+    facts = [
+        f"(GroupDivisor {egg_string(key)} {egg_string(str(int(v)))})"
+        for key, v in sorted(values.items())
+        if v in sizes
+    ]
     floats = [(k, t) for k, dtypes in literals.items() for t in dtypes if dtype_class(t) == "float"]
-    for (key, dtype), n in itertools.product(sorted(floats), sorted(set(divisors.values()))):
+    for (key, dtype), n in itertools.product(sorted(floats), sorted(sizes)):
         c = values.get(key)
         if c is None:
             continue
-        n_key = next(k for k, v in sorted(divisors.items()) if v == n)
+        n_key = str(n)
         if c * n == 1 or _rounded(c, dtype) == _rounded(Fraction(1, n), dtype):
             inverse = (key, dtype, n_key)
             facts.append(f"(GroupInverse {' '.join(egg_string(s) for s in inverse)})")
@@ -152,7 +188,7 @@ def scaling_facts(mesh: Mesh, graphs: list[Graph]) -> list[str]:
     return facts
 
 
-def _group_sizes(mesh: Mesh) -> set[int]:
+def group_sizes(mesh: Mesh) -> set[int]:
     """The sizes of the device groups an all-reduce can span: products of axis sizes."""
     sizes = set()
     for count in range(1, len(mesh.axes) + 1):

@@ -308,10 +308,17 @@ def test_gradients_averaged_twice_are_caught():
 
 
 def test_local_mean_gradients_summed_not_averaged_are_caught():
+    """Each gradient is proved to be exactly dp times the baseline's: the report says so at
+    the all-reduce that should have averaged."""
     report = _ddp_check("sum", loss_scale="local")
     assert report.verdict == "not_equivalent"
     assert [o.ok for o in report.outputs] == [True, False, False]
     assert report.counterexample
+    first = report.suspects[0]
+    assert "exactly 2x the baseline's" in first.reason, first.reason
+    assert "an average, not a sum, was meant" in first.reason, first.reason
+    line = _line("funcol.all_reduce(weight.grad, grad_reduce, group)")
+    assert (first.op, first.line) == ("all_reduce", line), first
 
 
 # ---- a vocab-parallel cross-entropy with its own backward
@@ -422,3 +429,74 @@ def test_torchtitans_sequence_parallel_norm_gradients_are_left_partial():
         relations={"outputs": stated},
     )
     assert report.verdict == "equivalent", [s.reason for s in report.suspects[:2]]
+
+
+# ---- torchtitan's SimpleFSDP: fully sharded data parallel as its graph trainer captures it
+
+
+def _titan_fsdp_step(local_token_count: bool):
+    """torchtitan's Llama3 wrapped by its graph trainer's `data_parallel(..., "fully_shard")`
+    (SimpleFSDP: each weight a DTensor sharded on dim 0 over fsdp, all-gathered for the
+    forward, its gradient reduce-scattered), one training step with torchtitan's loss divided
+    by the number of tokens. The trainer divides by the global count (`global_valid_tokens`,
+    all-reduced over the data-parallel devices); `local_token_count` divides each device's
+    loss by its own count instead, the sum of the reduce-scatter leaving every gradient fsdp
+    times too large."""
+    require("torchtitan", "spmd_types")
+    from titan_llama import SEQ, VOCAB, build
+    from torchtitan.components.loss import CrossEntropyLoss
+    from torchtitan.experiments.graph_trainer.simple_fsdp import (
+        MixedPrecisionPolicy,
+        data_parallel,
+    )
+
+    baseline, model, _, _ = build(1)
+    mesh = fake_mesh("fsdp=2")
+    full_precision = MixedPrecisionPolicy(param_dtype=torch.float32, reduce_dtype=torch.float32)
+    model = data_parallel(model, mesh, "fully_shard", mp_policy=full_precision)
+    loss_fn = CrossEntropyLoss(CrossEntropyLoss.Config(global_vocab_size=VOCAB))
+    batch = 4
+
+    def step_of(m, count):
+        weights = list(m.parameters())
+
+        def train_step(tokens, labels):
+            loss, _ = loss_fn(m(tokens), labels, torch.tensor(float(count(labels))))
+            loss.backward()
+            return [p.grad for p in weights]
+
+        return train_step
+
+    def global_count(labels):
+        return batch * SEQ
+
+    def own_count(labels):
+        return labels.numel()
+
+    tokens = torch.randint(0, VOCAB, (batch, SEQ), generator=torch.Generator().manual_seed(1))
+    labels = torch.randint(0, VOCAB, (batch, SEQ), generator=torch.Generator().manual_seed(2))
+    return check_equivalent(
+        step_of(baseline, global_count),
+        step_of(model, own_count if local_token_count else global_count),
+        mesh=mesh,
+        example_inputs=(tokens, labels),
+        parallel_inputs=(tokens[: batch // 2], labels[: batch // 2]),
+        relations={"inputs": {"tokens": "shard(0, fsdp)", "labels": "shard(0, fsdp)"}},
+    )
+
+
+@pytest.mark.slow
+def test_torchtitans_simple_fsdp_training_step_is_proved():
+    report = _titan_fsdp_step(local_token_count=False)
+    assert report.verdict == "equivalent", [s.reason for s in report.suspects[:2]]
+    assert {o.proven for o in report.outputs} == {"shard(0, fsdp)"}
+
+
+@pytest.mark.slow
+def test_a_loss_divided_by_each_devices_own_token_count_is_caught():
+    report = _titan_fsdp_step(local_token_count=True)
+    assert report.verdict == "not_equivalent"
+    assert not any(o.ok for o in report.outputs)
+    first = report.suspects[0]
+    assert first.op == "reduce_scatter", first
+    assert "exactly 2x the baseline's" in first.reason, first.reason
