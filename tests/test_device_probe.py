@@ -82,3 +82,40 @@ def test_trace_per_device_refuses_a_job_shape_its_process_group_does_not_have():
             trace_per_device(lambda: None, (4,))
     finally:
         dist.destroy_process_group()
+
+
+class CountOfGroup(nn.Module):
+    """Adds each device's block of the count 0..7, from its rank in its tensor-parallel
+    process group (as torchtitan's vocab-parallel embedding reads its offset on a data x
+    tensor mesh)."""
+
+    def __init__(self, group) -> None:
+        super().__init__()
+        self.group = group
+
+    def forward(self, x):
+        return x + (torch.arange(4) + 4 * dist.get_rank(self.group))
+
+
+def test_a_rank_in_a_sub_group_is_the_devices_coordinate_on_that_axis():
+    """This process built device 0's tp group only ({0, 1}); traced as device 2 (dp 1, tp 0)
+    the rank in its own tp group is 0, and as device 3 it is 1: the block is tp's."""
+    mesh = fake_mesh("dp=2,tp=2")
+    try:
+        x = torch.ones(8, dtype=torch.int64)
+
+        def check(axis: str):
+            return check_equivalent(
+                lambda x: x + torch.arange(8),
+                CountOfGroup(mesh.get_group("tp")),
+                mesh=mesh,
+                example_inputs=(x,),
+                parallel_inputs=(x[:4],),
+                relations={"inputs": {"x": f"shard(0, {axis})"}, "outputs": [f"shard(0, {axis})"]},
+            )
+
+        report = check("tp")
+        assert report.verdict == "equivalent", [s.reason for s in report.suspects[:1]]
+        assert check("dp").verdict == "not_equivalent"
+    finally:
+        dist.destroy_process_group()

@@ -79,7 +79,16 @@ def as_device(meshes: list[Any], rank: int) -> Iterator[None]:
     def get_rank(group: Any = None) -> int:
         if group is None or group is c10d.GroupMember.WORLD:
             return rank
-        return c10d.get_group_rank(group, rank)
+        try:
+            return c10d.get_group_rank(group, rank)
+        except ValueError:
+            # The group this process built is device 0's along some mesh dim (its tensor-
+            # parallel peers, say); the probed device's own group along that dim, which this
+            # process never built, has the device at its coordinate on the dim.
+            coordinate = along_groups.get(id(group), {}).get(rank)
+            if coordinate is None:
+                raise
+            return coordinate
 
     def group_rank(group: Any) -> int:
         try:
@@ -93,6 +102,7 @@ def as_device(meshes: list[Any], rank: int) -> Iterator[None]:
         if m is not None and getattr(m, "get_rank", None) is original
     ]
     saved = [m._coordinate_on_dim for m in meshes]
+    along_groups = _coordinates_along_groups(meshes)  # read before tracing sees the meshes
     try:
         for m in meshes:
             found = (m.mesh == rank).nonzero()
@@ -107,6 +117,34 @@ def as_device(meshes: list[Any], rank: int) -> Iterator[None]:
             m._coordinate_on_dim = coordinate
         for module in holders:
             module.get_rank = original
+
+
+def _coordinates_along_groups(meshes: list[Any]) -> dict[int, dict[int, int]]:
+    """For the process group of each mesh dim (device 0's peers along it, the group this
+    process built), every global rank's coordinate on that dim: the rank a device has in its
+    own group along the dim."""
+    found: dict[int, dict[int, int]] = {}
+    for mesh in meshes:
+        ranks = mesh.mesh
+        for dim in range(ranks.ndim):
+            try:
+                group = mesh.get_group(dim)
+            except (RuntimeError, ValueError):  # a dim with no group of its own
+                continue
+            coordinates = {
+                int(r): int(c[dim])
+                for r, c in zip(ranks.flatten(), _all_coordinates(ranks), strict=True)
+            }
+            known = found.setdefault(id(group), {})  # a sub-mesh holds device 0's block only
+            known.update({r: c for r, c in coordinates.items() if r not in known})
+    return found
+
+
+def _all_coordinates(ranks: Any) -> list[tuple[int, ...]]:
+    """Row-major coordinates of every entry of a mesh's rank tensor."""
+    import itertools
+
+    return list(itertools.product(*(range(n) for n in ranks.shape)))
 
 
 def _strides(shape: tuple[int, ...]) -> tuple[int, ...]:

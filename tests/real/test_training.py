@@ -435,8 +435,9 @@ def test_torchtitans_sequence_parallel_norm_gradients_are_left_partial():
 
 
 def _titan_fsdp_step(local_token_count: bool):
-    """torchtitan's Llama3 wrapped by its graph trainer's `data_parallel(..., "fully_shard")`
-    (SimpleFSDP: each weight a DTensor sharded on dim 0 over fsdp, all-gathered for the
+    """torchtitan's Llama3 wrapped as its graph trainer's `apply_simple_fsdp` wraps it
+    (SimpleFSDP's `data_parallel(..., "fully_shard")`: each weight a DTensor sharded on dim 0
+    over the data-parallel axis (`dp_shard` under the spmd_types backend), all-gathered for the
     forward, its gradient reduce-scattered), one training step with torchtitan's loss divided
     by the number of tokens. The trainer divides by the global count (`global_valid_tokens`,
     all-reduced over the data-parallel devices); `local_token_count` divides each device's
@@ -445,15 +446,8 @@ def _titan_fsdp_step(local_token_count: bool):
     require("torchtitan", "spmd_types")
     from titan_llama import SEQ, VOCAB, build
     from torchtitan.components.loss import CrossEntropyLoss
-    from torchtitan.experiments.graph_trainer.simple_fsdp import (
-        MixedPrecisionPolicy,
-        data_parallel,
-    )
 
-    baseline, model, _, _ = build(1)
-    mesh = fake_mesh("fsdp=2")
-    full_precision = MixedPrecisionPolicy(param_dtype=torch.float32, reduce_dtype=torch.float32)
-    model = data_parallel(model, mesh, "fully_shard", mp_policy=full_precision)
+    baseline, model, mesh, _ = build(1, fsdp=2)
     loss_fn = CrossEntropyLoss(CrossEntropyLoss.Config(global_vocab_size=VOCAB))
     batch = 4
 
@@ -481,7 +475,7 @@ def _titan_fsdp_step(local_token_count: bool):
         mesh=mesh,
         example_inputs=(tokens, labels),
         parallel_inputs=(tokens[: batch // 2], labels[: batch // 2]),
-        relations={"inputs": {"tokens": "shard(0, fsdp)", "labels": "shard(0, fsdp)"}},
+        relations={"inputs": {"tokens": "shard(0, dp_shard)", "labels": "shard(0, dp_shard)"}},
     )
 
 
@@ -489,7 +483,7 @@ def _titan_fsdp_step(local_token_count: bool):
 def test_torchtitans_simple_fsdp_training_step_is_proved():
     report = _titan_fsdp_step(local_token_count=False)
     assert report.verdict == "equivalent", [s.reason for s in report.suspects[:2]]
-    assert {o.proven for o in report.outputs} == {"shard(0, fsdp)"}
+    assert {o.proven for o in report.outputs} == {"shard(0, dp_shard)"}
 
 
 @pytest.mark.slow

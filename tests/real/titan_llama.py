@@ -31,14 +31,19 @@ def build(
     kv_heads: int = 2,
     fuse_qkv: bool = True,
     plan_edit: Callable[[Any], None] | None = None,
+    fsdp: int = 1,
 ) -> tuple[torch.nn.Module, torch.nn.Module, Any, Callable[[], contextlib.AbstractContextManager]]:
     """(baseline, parallel model, device mesh, context to run the forward in).
-    `plan_edit(config)` changes the plan after torchtitan filled it (a planted bug)."""
+    `plan_edit(config)` changes the plan after torchtitan filled it (a planted bug).
+    `fsdp > 1` then wraps the model as torchtitan's graph trainer does
+    (`apply_simple_fsdp`: SimpleFSDP's `data_parallel(..., "fully_shard")` on the fsdp mesh,
+    in full precision; the graph trainer's backend is partial_dtensor); the mesh is then
+    `fsdp x tp`."""
     import torchtitan.distributed.parallel_dims as parallel_dims_module
     import torchtitan.tools.utils as tools
     from torchtitan.config import ParallelismConfig
     from torchtitan.distributed import ParallelDims
-    from torchtitan.distributed.utils import get_spmd_context
+    from torchtitan.distributed.utils import get_spmd_context, set_spmd_backend
     from torchtitan.models.common import (
         ComplexRoPE,
         Embedding,
@@ -58,7 +63,10 @@ def build(
 
     from scalify.api import fake_mesh
 
-    mesh = fake_mesh(f"tp={tp}")
+    # torchtitan names the FSDP storage axis `dp_shard` under the spmd_types and full_dtensor
+    # backends, `fsdp` under partial_dtensor (the graph trainer's)
+    fsdp_axis = "dp_shard" if backend in ("spmd_types", "full_dtensor") else "fsdp"
+    mesh = fake_mesh(f"{fsdp_axis}={fsdp},tp={tp}" if fsdp > 1 else f"tp={tp}")
     parallel_dims_module.device_type = tools.device_type = "cpu"  # it picks cuda otherwise
     dim = 64
     config = Llama3Model.Config(
@@ -96,10 +104,25 @@ def build(
     model.eval()
     baseline = copy.deepcopy(model)
     parallelism = ParallelismConfig(
-        tensor_parallel_degree=tp, enable_sequence_parallel=sp, spmd_backend=backend
+        tensor_parallel_degree=tp,
+        enable_sequence_parallel=sp,
+        spmd_backend=backend,
+        data_parallel_shard_degree=fsdp,
     )
-    parallel_dims = ParallelDims.from_config(parallelism, world_size=tp)
-    model.parallelize(parallel_dims)
+    set_spmd_backend(backend)  # what the trainer does first
+    parallel_dims = ParallelDims.from_config(parallelism, world_size=tp * fsdp)
+    if tp > 1:
+        model.parallelize(parallel_dims)
+    if fsdp > 1:
+        from torchtitan.experiments.graph_trainer.simple_fsdp import (
+            MixedPrecisionPolicy,
+            data_parallel,
+        )
+
+        full = MixedPrecisionPolicy(param_dtype=torch.float32, reduce_dtype=torch.float32)
+        model = data_parallel(
+            model, parallel_dims.get_mesh(fsdp_axis), "fully_shard", mp_policy=full
+        )
 
     @contextlib.contextmanager
     def context() -> Iterator[None]:
