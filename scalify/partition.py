@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from .ir import Graph, Node
 from .layout import Layout, canonical, layout_str
-from .ops import COLLECTIVES
+from .ops import COLLECTIVES, OPS
 from .relations import Relation
 
 LITERAL_OPS = {"constant", "iota"}
@@ -61,11 +61,17 @@ def _literal_nodes(graph: Graph) -> set[int]:
 
 # Data movement that a view of a parameter may go through and stay a leaf of the segments.
 VIEW_OPS = frozenset({"slice", "merge", "split", "transpose", "convert", "reshape"})
+# Cheap ops a prologue computes from the inputs for every layer (a causal mask from the
+# positions, RoPE's cos and sin, a weight handed through a custom call): leaves too, so that
+# a program computing them all up front still cuts between its layers. Not contractions, not
+# reductions: copying those into each segment would copy a layer's work.
+PROLOGUE_OPS = frozenset({"broadcast"})
 
 
 def leaf_nodes(graph: Graph) -> set[int]:
-    """Literals, a device's index and arithmetic on it alone (a vocab block's start), and
-    views of parameters (a layer's slice of stacked weights, as an unrolled scan reads them):
+    """Literals, a device's index and arithmetic on it alone (a vocab block's start), views
+    of parameters (a layer's slice of stacked weights, as an unrolled scan reads them), and a
+    prologue's cheap values of the inputs (`PROLOGUE_OPS`, elementwise ops, outer products):
     values every segment may copy in, never live across a cut."""
     return graph.memo("leaf_nodes", _leaf_nodes)
 
@@ -89,7 +95,27 @@ def _leaf_nodes(graph: Graph) -> set[int]:
         ):
             leaf.add(node.id)
             views.add(node.id)
+        elif (
+            _prologue_op(graph, node)
+            and node.operands
+            and all(o in leaf or graph.node(o).op == "parameter" for o in node.operands)
+        ):
+            leaf.add(node.id)
+            views.add(node.id)
     return leaf
+
+
+def _prologue_op(graph: Graph, node: Node) -> bool:
+    """An op a prologue may compute per layer: see `PROLOGUE_OPS`."""
+    spec = OPS.get(node.op)
+    if node.op == "opaque":  # a custom call handing one value through, not a fused kernel
+        return len(node.operands) == 1
+    if node.op in PROLOGUE_OPS or (spec is not None and spec.elementwise and spec.pure):
+        return True
+    if node.op == "dot":  # an outer product: no dim of size above 1 is contracted
+        lhs = graph.node(node.operands[0])
+        return all(lhs.shape[d] == 1 for d in node.attrs.get("lhs_contracting", ()))
+    return False
 
 
 def cut_points(graph: Graph) -> list[int]:
@@ -97,16 +123,26 @@ def cut_points(graph: Graph) -> list[int]:
     literal = leaf_nodes(graph)
     order = [n.id for n in graph.nodes.values() if n.op != "parameter" and n.id not in literal]
     position = {node_id: i for i, node_id in enumerate(order)}
-    last_use = {node_id: position[node_id] for node_id in order}
+    # An equal form of a node (placed right after it) is the same value: it lives and dies
+    # with its node, and its operands are read where the node reads them.
+    node_of = _equal_form_roots(graph, position)
+
+    def at(node_id: int) -> int:
+        return position[node_of.get(node_id, node_id)]
+
+    last_use = {node_id: position[node_id] for node_id in order if node_id not in node_of}
     for node in graph.nodes.values():
         if node.id not in position:
             continue
         for operand in node.operands:
+            operand = node_of.get(operand, operand)
             if operand in last_use:
-                last_use[operand] = max(last_use[operand], position[node.id])
-    for output in graph.outputs:
-        if output in last_use:
-            last_use[output] = len(order)
+                last_use[operand] = max(last_use[operand], at(node.id))
+    # The last output ends the last segment; an output computed earlier (a layer's K and V
+    # caches) is proved in its own segment, so it need not stay live to the end.
+    final = final_output(graph)
+    if final in last_use:
+        last_use[final] = len(order)
     ends_at: dict[int, int] = {}
     for last in last_use.values():
         ends_at[last] = ends_at.get(last, 0) + 1
@@ -116,7 +152,7 @@ def cut_points(graph: Graph) -> list[int]:
     for node in graph.nodes.values():
         if node.op != "parameter":
             continue
-        uses = sorted(position[u] for u in _users_of(graph, node.id) if u in position)
+        uses = sorted(at(u) for u in _users_of(graph, node.id) if u in position)
         if len(uses) > 1 or (node.id in graph.outputs and uses):
             starts_at[uses[0]] = starts_at.get(uses[0], 0) + 1
             last = len(order) if node.id in graph.outputs else uses[-1]
@@ -124,6 +160,8 @@ def cut_points(graph: Graph) -> list[int]:
     cuts = []
     live = 0
     for i, node_id in enumerate(order):
+        if node_id in node_of:
+            continue
         live += 1 + starts_at.get(i, 0)  # node i becomes live (and parameters it starts using)
         live -= ends_at.get(i, 0)  # values whose last use is node i die after it
         # Never cut at a broadcast: its users need it in the same e-graph to fix its sizes.
@@ -132,14 +170,35 @@ def cut_points(graph: Graph) -> list[int]:
     return cuts
 
 
+def _equal_form_roots(graph: Graph, position: dict[int, int]) -> dict[int, int]:
+    """Each computed equal form (a later node of an equality pair) -> the first node of its
+    chain of equal forms."""
+    root: dict[int, int] = {}
+    for a, b in graph.equalities:
+        if a in position and b in position and position[b] > position[a]:
+            root[b] = root.get(a, a)
+    return root
+
+
+def final_output(graph: Graph) -> int | None:
+    """The output computed last (in the graph's order), or None when no output is computed."""
+    position = _positions(graph)
+    computed = [o for o in graph.outputs if graph.node(o).op != "parameter"]
+    return max(computed, key=position.__getitem__, default=None)
+
+
 def segments(graph: Graph, cuts: list[int]) -> list[Segment]:
     literal = leaf_nodes(graph)
     result: list[Segment] = []
     current: list[int] = []
     entry = None
     boundaries = set(cuts)
+    forms = {b: a for a, b in graph.equalities}
     for node in graph.nodes.values():
         if node.op == "parameter" or node.id in literal:
+            continue
+        if result and forms.get(node.id) == result[-1].exit:
+            result[-1].nodes.insert(-1, node.id)  # an equal form of the cut: in its segment
             continue
         current.append(node.id)
         if node.id in boundaries:

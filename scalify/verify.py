@@ -36,6 +36,7 @@ from .parallel import PREFETCH_AFTER, prefetch_segments
 from .part_layouts import infer_parts, local_part_cuts, with_output_parts, with_part_views
 from .partition import (
     cut_points,
+    final_output,
     merge_segments,
     segment_relations,
     segments,
@@ -61,6 +62,12 @@ PARTITION_MIN_NODES = 400
 # A partitioned proof that fails is redone on the whole graph up to this size, so the
 # report sees every relation (a segment sees only its own).
 WHOLE_GRAPH_RETRY_NODES = 3000
+# How many segments of each graph a pair may take when the cut after one pair cannot be
+# related: a cut one graph has and the other lacks, or a value whose relation needs the ops
+# after it (a fused projection's output before the slices that take its parts).
+MERGES = ((1, 1), (1, 2), (2, 1), (2, 2), (3, 3))
+# Consecutive segments this small in both graphs are proved as one.
+TINY_SEGMENT_NODES = 16
 # Suspects that get a neighbourhood picture (the report stays small on large failures).
 PICTURED_SUSPECTS = 10
 PROGRESS_BAR, PROGRESS_LINE = 30, 79  # progress bar cells; widest line drawn
@@ -318,20 +325,24 @@ def prove_partitioned(
     if (
         len(base_cuts) < 2
         or len(dist_cuts) < 2
-        or len(base.outputs) != 1
-        or len(dist.outputs) != 1
-        or base_cuts[-1] != base.outputs[0]
-        or dist_cuts[-1] != dist.outputs[0]
+        or len(base.outputs) != len(dist.outputs)
+        or base_cuts[-1] != final_output(base)
+        or dist_cuts[-1] != final_output(dist)
     ):
         return None
+    # outputs proved inside a segment (a layer's caches): each distributed one and its
+    # baseline partner, paired by position
+    paired_outputs = dict(zip(dist.outputs, base.outputs, strict=True))
     base_segs, dist_segs = segments(base, base_cuts), segments(dist, dist_cuts)
     total = Proof({}, set(), RunStats(saturated=True), partitions=0)
     memo: dict[str, list] = {}
     prefetched: dict[str, Proof] = {}
     entry: list = []
     i = j = 0
+    prefetch_tried = False
     while i < len(base_segs) and j < len(dist_segs):
-        if limits.jobs > 1 and i == j == PREFETCH_AFTER and not prefetched:
+        if limits.jobs > 1 and i == j >= PREFETCH_AFTER and not prefetch_tried:
+            prefetch_tried = True
             prefetched = prefetch_segments(
                 base,
                 dist,
@@ -347,18 +358,20 @@ def prove_partitioned(
         if limits.progress:
             _show_progress(j, len(dist_segs), total.memo_hits)
         first_failure = None
-        for take_base, take_dist in ((1, 1), (1, 2), (2, 1)):
-            if i + take_base > len(base_segs) or j + take_dist > len(dist_segs):
-                continue
+        for take_base, take_dist in _merge_order(base_segs, dist_segs, i, j):
             base_seg = merge_segments(base_segs[i : i + take_base])
             dist_seg = merge_segments(dist_segs[j : j + take_dist])
             label = f"segment {total.partitions}"
             base_sub, dist_sub = subgraph(base, base_seg, label), subgraph(dist, dist_seg, label)
             relations = segment_relations(base_sub, dist_sub, inputs, entry, base_seg.entry)
             key = structural_key(base_sub, dist_sub, relations)
-            if key in memo and memo[key]:
+            if key in memo and memo[key][0]:
                 total.memo_hits += 1
-                exit_layouts = memo[key]
+                exit_layouts, inner = memo[key]
+                for d, b, lay in inner or ():  # the proved segment's outputs, here
+                    total.relations.setdefault(dist_seg.nodes[d], set()).add(
+                        (lay, base_seg.nodes[b])
+                    )
             else:
                 proof = prefetched.pop(key, None) or prove(
                     base_sub, dist_sub, rules_program, mesh, relations, limits
@@ -367,10 +380,13 @@ def prove_partitioned(
                 exit_layouts = [
                     lay for lay, b in proof.relations.get(dist_seg.exit, ()) if b == base_seg.exit
                 ]
-                memo[key] = exit_layouts
+                inner = _inner_outputs(dist_seg, base_seg, paired_outputs, proof)
+                memo[key] = (exit_layouts, inner)
                 if not exit_layouts:
                     first_failure = first_failure or (base_sub, dist_sub, proof)
                     continue
+                if inner is None and total.failed is None:  # an inner output not proved
+                    total.failed = (base_sub, dist_sub, proof)
             total.partitions += 1
             total.relations[dist_seg.exit] = {(lay, base_seg.exit) for lay in exit_layouts}
             entry = exit_layouts
@@ -384,6 +400,54 @@ def prove_partitioned(
     if i < len(base_segs) or j < len(dist_segs):
         return None
     return total
+
+
+def _merge_order(base_segs: list, dist_segs: list, i: int, j: int) -> list[tuple[int, int]]:
+    """The MERGES that fit from segments i and j, the closest in size first: a pair whose
+    sizes differ much is one whose cuts do not correspond (a cut one graph lacks), and its
+    proof would be spent in vain. Ties keep MERGES' order (fewest segments first). A run of
+    tiny segments in both graphs (a norm's steps, each a cut) is taken whole: each proof has
+    a fixed cost."""
+    tiny = 1
+    while (
+        i + tiny < len(base_segs)
+        and j + tiny < len(dist_segs)
+        and all(
+            len(s.nodes) < TINY_SEGMENT_NODES
+            for s in (base_segs[i + tiny - 1], dist_segs[j + tiny - 1])
+            + (base_segs[i + tiny], dist_segs[j + tiny])
+        )
+    ):
+        tiny += 1
+    fitting = [
+        (b + tiny - 1, d + tiny - 1)
+        for b, d in MERGES
+        if i + b + tiny - 1 <= len(base_segs) and j + d + tiny - 1 <= len(dist_segs)
+    ]
+
+    def mismatch(pair: tuple[int, int]) -> float:
+        b = sum(len(s.nodes) for s in base_segs[i : i + pair[0]])
+        d = sum(len(s.nodes) for s in dist_segs[j : j + pair[1]])
+        return max(b, d) / max(min(b, d), 1)
+
+    return sorted(fitting, key=lambda pair: (mismatch(pair) > 1.5, fitting.index(pair)))
+
+
+def _inner_outputs(dist_seg, base_seg, paired: dict[int, int], proof: Proof):
+    """The outputs a segment computes before its exit, as (position in the distributed
+    segment, position in the baseline segment, layout) for a memoised copy to reuse; None
+    when one of them is related to no baseline output of the segment."""
+    base_at = {n: k for k, n in enumerate(base_seg.nodes)}
+    found = []
+    for d, node_id in enumerate(dist_seg.nodes[:-1]):
+        partner = paired.get(node_id)
+        if partner is None:
+            continue
+        layouts = [lay for lay, b in proof.relations.get(node_id, ()) if b == partner]
+        if partner not in base_at or not layouts:
+            return None
+        found += [(d, base_at[partner], lay) for lay in layouts]
+    return found
 
 
 def _show_progress(done: int, total: int, reused: int) -> None:

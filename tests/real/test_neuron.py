@@ -61,6 +61,33 @@ def test_eight_layers_are_equivalent(tp, relations):
     report = _verify("tp1_layer8.hlo.gz", f"tp{tp}_layer8.hlo.gz", tp, relations)
     assert report.verdict == "equivalent", report.to_text()
     assert len(report.outputs) == 17  # the logits and each layer's K and V caches
+    # proved layer by layer, each layer's caches inside its segment, the identical layers
+    # once: the cost of eight layers is not eight times one
+    assert report.stats["partitions"] > 8 and report.stats["memo_hits"] >= 6, report.stats
+
+
+def test_a_wrong_cache_in_a_middle_layer_is_caught_in_a_memoised_stack(relations):
+    """Layer 4's cache negated in the distributed program: its segment is no longer the
+    others' (no proof is reused for it), and that output alone is not proved (the graphs are
+    too large for the simulator to settle the verdict, so it is not `equivalent`, which is
+    all soundness asks)."""
+    from scalify.ir import Node
+    from scalify.mesh import parse_mesh
+    from scalify.relations import read_relations_file
+    from scalify.verify import verify_graphs
+
+    rules = compile_rule_dir(RULES)
+    base = load_graph(str(HERE / "tp1_layer8.hlo.gz"), rules.custom_calls)
+    dist = load_graph(str(HERE / "tp2_layer8.hlo.gz"), rules.custom_calls)
+    cache = dist.node(dist.outputs[7])
+    negated = Node(
+        max(dist.nodes) + 1, "neg", (cache.id,), cache.shape, cache.dtype, {}, cache.loc, "neg"
+    )
+    dist.nodes[negated.id] = negated
+    dist.outputs[7] = negated.id
+    report = verify_graphs(base, dist, rules, parse_mesh("tp=2"), read_relations_file(relations))
+    assert report.verdict != "equivalent"
+    assert [o.index for o in report.outputs if not o.ok] == [7]
 
 
 def test_the_fused_weight_cut_as_one_block_is_not_proved(relations, tmp_path):
