@@ -12,10 +12,13 @@ import math
 from .all_to_all import fold_tiled_all_to_all
 from .block_iotas import fold_block_iotas
 from .block_lookup import fold_block_lookups
+from .broadcast_lookups import lift_broadcast_indices
+from .broadcast_sinking import sink_broadcasts
 from .device_tables import fold_device_tables
 from .errors import ScalifyError
 from .int_ranges import fold_int_ranges, is_int_dtype
 from .ir import Graph, Node, at_line, feeding
+from .literal_arrays import fold_literal_arrays
 from .literal_folding import fold_literals, is_zero_fill
 from .one_hot import fold_one_hots
 from .padded_pieces import join_padded_pieces
@@ -195,6 +198,8 @@ def canonicalize(graph: Graph) -> Graph:
     fold_block_iotas(graph, ranges)
     fold_literals(graph)
     join_padded_pieces(graph)
+    fold_literal_arrays(graph)
+    lift_broadcast_indices(graph)
     next_id = max(graph.nodes, default=-1) + 1
     nodes: dict[int, Node] = {}
     for node in graph.nodes.values():
@@ -241,6 +246,7 @@ def canonicalize(graph: Graph) -> Graph:
                 nodes[step.id] = step
             graph.equalities.append((node.id, alternative[-1].id))
     graph.nodes = nodes
+    sink_broadcasts(graph)
     add_views_through_broadcasts(graph)
     return _prune(graph)
 

@@ -119,3 +119,15 @@ def test_a_rank_in_a_sub_group_is_the_devices_coordinate_on_that_axis():
         assert check("dp").verdict == "not_equivalent"
     finally:
         dist.destroy_process_group()
+
+
+def test_a_mesh_of_an_earlier_process_group_is_not_read():
+    """A mesh of the same size built under a process group since destroyed (an earlier job in
+    the same process) is stale: the probe reads the live mesh's shape, not its."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    fake_mesh("tp=4")
+    stale = init_device_mesh("cpu", (1, 1, 1, 4), mesh_dim_names=("a", "b", "c", "d"))
+    dist.destroy_process_group()
+    test_a_rank_in_a_sub_group_is_the_devices_coordinate_on_that_axis()
+    assert stale.mesh.shape == (1, 1, 1, 4)  # still alive, and not read

@@ -47,8 +47,21 @@ def live_meshes() -> list[Any]:
     # the type's MRO, not isinstance: isinstance on every live object wakes deprecation hooks;
     # meshes of a larger job (an earlier fake process group) are stale
     return [
-        o for o in gc.get_objects() if DeviceMesh in type(o).__mro__ and o.mesh.numel() <= world
+        o
+        for o in gc.get_objects()
+        if DeviceMesh in type(o).__mro__ and o.mesh.numel() <= world and _groups_alive(o)
     ]
+
+
+def _groups_alive(mesh: Any) -> bool:
+    """Whether the mesh's process groups belong to the process group now initialised: a
+    mesh built under an earlier one (of the same size) is stale."""
+    try:
+        for dim in range(mesh.mesh.ndim):
+            mesh.get_group(dim)
+    except (RuntimeError, ValueError, KeyError, AttributeError):
+        return False
+    return True
 
 
 def root_mesh(meshes: list[Any]) -> Any | None:

@@ -223,4 +223,5 @@ def _same_value(
 def _rounded(value: Fraction, dtype: str) -> float:
     if dtype in ("f64", "float64"):  # numpy's and HLO's spellings
         return float(value)
-    return float(np.float32(float(value)))
+    with np.errstate(over="ignore"):  # a literal beyond float32 (a mask's -3.4e38) is inf
+        return float(np.float32(float(value)))

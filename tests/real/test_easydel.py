@@ -26,6 +26,11 @@ CASES = {  # the stored pair -> EasyDeL's mesh (dp, fsdp, ep, tp, sp)
     "tp4_mask": "dp=1,fsdp=1,ep=1,tp=4,sp=1",
     # the batch over fsdp, the weights over fsdp and tp
     "fsdp2_tp2_mask": "dp=1,fsdp=2,ep=1,tp=2,sp=1",
+    # no mask: the positions come out of a scan over an all-ones mask at each program's own
+    # batch size (a count per row, read as its value) and index RoPE's tables
+    "fsdp2": "dp=1,fsdp=2,ep=1,tp=1,sp=1",  # EasyDeL's default mesh: fsdp over every device
+    "fsdp2_tp2": "dp=1,fsdp=2,ep=1,tp=2,sp=1",
+    "dp2": "dp=2,fsdp=1,ep=1,tp=1,sp=1",
 }
 
 
