@@ -35,6 +35,7 @@ def _parser() -> Lark:
         strict=True,
         propagate_positions=True,
         maybe_placeholders=False,
+        cache=True,  # the grammar's analysis, kept in the temporary directory by lark
     )
 
 

@@ -283,7 +283,9 @@ _PARSER_LOCK = threading.Lock()
 
 
 def _parser() -> Lark:
-    """The module-wide parser, built on first use (grammar analysis takes ~0.2 s)."""
+    """The module-wide parser, built on first use (grammar analysis takes ~0.2 s; lark keeps
+    the analysis in a file of the temporary directory, keyed by the grammar, for later
+    processes)."""
     global _PARSER
     with _PARSER_LOCK:
         if _PARSER is None:
@@ -294,6 +296,7 @@ def _parser() -> Lark:
                 propagate_positions=True,
                 maybe_placeholders=False,
                 transformer=_ToRecords(),
+                cache=True,
             )
         return _PARSER
 
