@@ -20,6 +20,7 @@ from .int_ranges import fold_int_ranges, is_int_dtype
 from .ir import Graph, Node, at_line, feeding
 from .literal_arrays import fold_literal_arrays
 from .literal_folding import fold_literals, is_zero_fill
+from .merged_batches import add_unmerged_batch_forms
 from .one_hot import fold_one_hots
 from .padded_pieces import join_padded_pieces
 from .static_indices import fold_static_indices
@@ -247,6 +248,7 @@ def canonicalize(graph: Graph) -> Graph:
             graph.equalities.append((node.id, alternative[-1].id))
     graph.nodes = nodes
     sink_broadcasts(graph)
+    add_unmerged_batch_forms(graph)
     add_views_through_broadcasts(graph)
     return _prune(graph)
 

@@ -2,7 +2,8 @@
 layers built at tensor-parallel size 1 (the baseline) and N, each traced in its own
 process-group state, and the report written as JSON.
 
-    python tests/real/megatron_parts.py REPORT.json --part mlp --tp 2 [--sequence-parallel]
+    python tests/real/megatron_parts.py REPORT.json --part mlp|embedding|layer --tp 2
+        [--sequence-parallel]
         [--grad] [--bug NAME]
 
 Megatron's layers run with a fake process group (`torch.distributed`'s `fake` backend: its
@@ -27,7 +28,7 @@ SEQ, BATCH, HIDDEN, FFN, VOCAB = 8, 2, 16, 32, 64
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
-    parser.add_argument("--part", choices=["mlp", "embedding"], default="mlp")
+    parser.add_argument("--part", choices=sorted(_PARTS), default="mlp")
     parser.add_argument("--tp", type=int, default=2)
     parser.add_argument("--sequence-parallel", action="store_true")
     parser.add_argument("--grad", action="store_true", help="forward and backward")
@@ -57,8 +58,16 @@ def main() -> None:
 
 def _cpu_buffers() -> None:
     """Megatron takes the scratch buffers of sequence parallelism's all-gathers from
-    `torch.cuda.current_device()`; on a machine without CUDA they live on the CPU."""
+    `torch.cuda.current_device()`; on a machine without CUDA they live on the CPU. Its
+    attention forks a CUDA random generator around dropout (here of probability 0), which a
+    machine without CUDA does not have: the fork is a no-op. Neither changes what the model
+    computes."""
+    import contextlib
+
+    from megatron.core.tensor_parallel import random
+
     torch.cuda.current_device = lambda: "cpu"
+    random.CudaRNGStatesTracker.fork = lambda self, *args, **kwargs: contextlib.nullcontext()
 
 
 def _graph_at(tp: int, args):
@@ -163,7 +172,30 @@ def _embedding(tp: int, args):
     return step, (torch.randint(0, VOCAB, (BATCH, SEQ)),)
 
 
-_PARTS = {"mlp": _mlp, "embedding": _embedding}
+def _layer(tp: int, args):
+    """Megatron's own `TransformerLayer` with its local (non Transformer Engine) GPT spec:
+    LayerNorm, self-attention (fused QKV column-parallel projection, `DotProductAttention`'s
+    `baddbmm` over batch and heads merged into one dim, a row-parallel output projection),
+    the MLP, both residuals; 4 heads, dropout 0, the causal mask given (its default mask is
+    made on the CUDA device)."""
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.transformer.transformer_layer import TransformerLayer
+
+    config = _config(tp, args)
+    config.hidden_dropout = config.attention_dropout = 0.0
+    layer = TransformerLayer(config, get_gpt_layer_local_spec().submodules, layer_number=1)
+    if args.bug == "attention_projection_as_expert" and tp > 1:
+        layer.self_attention.linear_proj.explicit_expert_comm = True  # its all-reduce skipped
+    mask = torch.triu(torch.ones(SEQ, SEQ), diagonal=1).bool()[None, None]
+
+    def step(x):
+        output, _ = layer(x, attention_mask=mask)
+        return output
+
+    return step, (torch.randn(SEQ, BATCH, HIDDEN),)
+
+
+_PARTS = {"mlp": _mlp, "embedding": _embedding, "layer": _layer}
 
 
 if __name__ == "__main__":

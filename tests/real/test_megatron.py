@@ -1,8 +1,9 @@
 """Megatron-core's own tensor-parallel layers (`ColumnParallelLinear`, `RowParallelLinear`,
-`VocabParallelEmbedding`) on the CPU with a fake process group: each built at tensor-parallel
-size 1 (the baseline) and N and traced as it runs (`megatron_parts.py`), proved equivalent
-with and without sequence parallelism and with their backward; a row-parallel projection
-built as an expert's (its reduction left to a dispatcher that is not there) is caught."""
+`VocabParallelEmbedding`, a whole `TransformerLayer`) on the CPU with a fake process group:
+each built at tensor-parallel size 1 (the baseline) and N and traced as it runs
+(`megatron_parts.py`), proved equivalent with and without sequence parallelism and with
+their backward; a row-parallel projection built as an expert's (its reduction left to a
+dispatcher that is not there) is caught, in the MLP and in the layer's attention."""
 
 from __future__ import annotations
 
@@ -42,6 +43,8 @@ def _verify(tmp_path: Path, *options: str) -> dict:
         (["--part", "mlp", "--sequence-parallel"], ["shard(0, tp)"]),
         (["--part", "embedding"], ["replicate"]),
         (["--part", "embedding", "--tp", "4"], ["replicate"]),
+        # the whole TransformerLayer: attention over batch and heads merged into one dim
+        (["--part", "layer"], ["replicate"]),
     ],
 )
 def test_megatron_layers_are_proved(tmp_path, options, outputs):
@@ -78,3 +81,13 @@ def test_a_row_parallel_projection_built_as_an_expert_is_caught(tmp_path):
     first = report["suspects"][0]
     assert "all-reduce over tp missing" in first["reason"], first["reason"]
     assert first["file"].endswith("megatron_parts.py"), first
+
+
+def test_a_layer_whose_attention_projection_skips_its_all_reduce_is_caught(tmp_path):
+    """The attention's row-parallel output projection left unreduced (as an expert's is):
+    each device's partial sum meets the residual, which the report says."""
+    report = _verify(tmp_path, "--part", "layer", "--bug", "attention_projection_as_expert")
+    assert report["verdict"] == "not_equivalent"
+    first = report["suspects"][0]
+    assert "all-reduce over tp missing" in first["reason"], first["reason"]
+    assert first["file"].endswith("transformer_layer.py"), first
