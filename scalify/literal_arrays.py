@@ -78,10 +78,22 @@ def _value(graph: Graph, node: Node, values: dict[int, np.ndarray]) -> np.ndarra
             values[o] if o in values else _value(graph, graph.node(o), values)
             for o in node.operands
         ]
-        values[node.id] = np.asarray(
-            apply(node, args, [graph.node(o).dtype for o in node.operands])
-        ).reshape(node.shape)
+        value = np.asarray(apply(node, args, [graph.node(o).dtype for o in node.operands])).reshape(
+            node.shape
+        )
+        if is_int_dtype(node.dtype) and not _fits(value, node.dtype):
+            raise ValueError("wraps around")  # left to the simulator, which models it
+        values[node.id] = value
     return values[node.id]
+
+
+def _fits(value: np.ndarray, dtype: str) -> bool:
+    """Whether every entry lies in the integer dtype's range (the kernels compute in int64)."""
+    kind = {"s": "int", "u": "uint"}.get(dtype[:1])
+    if kind is None or not dtype[1:].isdigit():
+        return False
+    info = np.iinfo(f"{kind}{dtype[1:]}")
+    return value.size == 0 or (int(value.min()) >= info.min and int(value.max()) <= info.max)
 
 
 def _canonical_form(node: Node, value: np.ndarray, next_id: int) -> list[Node] | None:
