@@ -14,9 +14,13 @@ def canonical(body: str):
 
 def _read_by_a_table(count: str) -> str:
     """`count` (an s32[2,8] value named `pos`) looks up rows of a parameter table."""
+    gather = (
+        "gather(t, pos), offset_dims={2}, collapsed_slice_dims={0}, start_index_map={0}, "
+        "index_vector_dim=2, slice_sizes={1,4}"
+    )
     return f"""  t = f32[16,4] parameter(0)
 {count}
-  ROOT r = f32[2,8,4] gather(t, pos), offset_dims={{2}}, collapsed_slice_dims={{0}}, start_index_map={{0}}, index_vector_dim=2, slice_sizes={{1,4}}"""
+  ROOT r = f32[2,8,4] {gather}"""
 
 
 def _positions(graph):
