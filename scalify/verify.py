@@ -30,6 +30,7 @@ from .layout import canonical, layout_str, local_shape
 from .mesh import Mesh, parse_mesh
 from .nearest import rules_for_op
 from .neighbourhood import neighbourhood
+from .numeric_frontier import read_numbers
 from .ops import COLLECTIVES
 from .ops.structural import is_elided
 from .parallel import PREFETCH_AFTER, prefetch_segments
@@ -144,6 +145,8 @@ def verify_graphs(
         verdict, counterexample, note = _refine(
             base, dist, mesh, inputs, outputs, definite and not stats.limit, limits
         )
+        if verdict == NOT_EQUIVALENT and counterexample:  # the values part somewhere: where?
+            read_numbers(base, dist, mesh, inputs, suspects)
         timings["simulate"] = time.perf_counter() - start
         if note:
             notes.append(note)

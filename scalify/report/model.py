@@ -50,6 +50,8 @@ class Suspect:
     nearest_rules: list[str] = field(default_factory=list)
     # when the line is inside a library's model code: the user's line that called into it
     called_from: str = ""
+    # what both programs run on random inputs say here (scalify/numeric_frontier.py)
+    numerically: str = ""
 
 
 @dataclass

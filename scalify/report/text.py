@@ -27,6 +27,8 @@ def render_text(report: Report) -> str:
             if s.called_from:
                 lines.append(f"     called from {s.called_from}")
             lines.append(f"     {s.reason}")
+            if s.numerically:
+                lines.append(f"     numerically: {s.numerically}")
             for operand in s.operands:
                 lines.append(f"     operand {operand}")
             if s.nearest_rules:
