@@ -70,9 +70,7 @@ def read_numbers(
     # after the others: a diagnosed pattern or a value that matches nothing is the lead.
     read = suspects[:READ_SUSPECTS]
     matched = [
-        s
-        for s in read
-        if s.reason.startswith("no rule relates") and "only a rule" in s.numerically
+        s for s in read if s.reason.startswith("no rule relates") and "only a rule" in s.numerically
     ]
     if matched and len(matched) < len(read):
         suspects[: len(read)] = [s for s in read if s not in matched] + matched

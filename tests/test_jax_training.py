@@ -68,6 +68,8 @@ def test_gradients_left_dp_times_too_large_are_caught(programs, program):
     assert first["line"] == _line_of("jax.tree.map(lambda g: reduce(g,"), first
     if program == "data_parallel_summed.hlo":
         assert "exactly 2x the baseline's" in first["reason"], first
+    else:  # the pmean of a gradient autodiff already summed over dp
+        assert "already summed over dp: the result is 2x too large" in first["reason"], first
 
 
 def _line_of(text: str) -> int:

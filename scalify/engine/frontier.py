@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from scalify.ir import Graph, Node
+from scalify.ir import Graph, Node, at_line
 from scalify.layout import Layout, canonical, layout_str
 from scalify.mesh import Mesh
 from scalify.ops import COLLECTIVES, ELEMENTWISE
@@ -120,6 +120,23 @@ def _explain(
                 f"{node.op} over {axes} of a value split over {axis} (each device holds a "
                 "different block, e.g. different tokens): it adds blocks that do not belong "
                 "together; a gather, or no collective, was meant",
+                True,
+            )
+        source = dist.node(node.operands[0])
+        if (
+            node.op in ("all_reduce", "reduce_scatter")
+            and source.op == "all_reduce"
+            and collective_axes(source, mesh) == axes
+            and node.attrs.get("op", "sum") == source.attrs.get("op", "sum") == "sum"
+        ):
+            scale = 1
+            for a in axes.split(","):
+                scale *= mesh.axis_size(a)
+            return (
+                f"{node.op} over {axes} of `{source.name}`{at_line(source.loc)}, already "
+                f"summed over {axes}: the result is {scale}x too large; is the reduction "
+                "applied twice? (JAX's autodiff already sums the gradient of a weight that is "
+                "the same on every device, when shard_map checks replication)",
                 True,
             )
         if node.op in ("all_reduce", "reduce_scatter"):
