@@ -32,6 +32,9 @@ def main() -> None:
     parser.add_argument("--tp", type=int, default=2)
     parser.add_argument("--sequence-parallel", action="store_true")
     parser.add_argument("--grad", action="store_true", help="forward and backward")
+    parser.add_argument(
+        "--query-groups", type=int, default=0, help="KV groups of grouped-query attention"
+    )
     parser.add_argument("--bug", default="")
     parser.add_argument(
         "--outputs", default="", help="layouts of the outputs, `;`-separated (empty: inferred)"
@@ -112,6 +115,7 @@ def _config(tp: int, args):
         hidden_size=HIDDEN,
         ffn_hidden_size=FFN,
         num_attention_heads=4,
+        num_query_groups=getattr(args, "query_groups", 0) or None,
         use_cpu_initialization=True,
         tensor_model_parallel_size=tp,
         sequence_parallel=args.sequence_parallel and tp > 1,
