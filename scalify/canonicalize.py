@@ -23,6 +23,7 @@ from .literal_folding import fold_literals, is_zero_fill
 from .merged_batches import add_unmerged_batch_forms
 from .one_hot import fold_one_hots
 from .padded_pieces import join_padded_pieces
+from .reshape_refinement import refined_steps
 from .static_indices import fold_static_indices
 from .views_through_broadcasts import add_views_through_broadcasts
 
@@ -75,6 +76,7 @@ def _decompose_reshape(
     next_id: int,
     removed: tuple[int, ...] | None = None,
     last_group_first: bool = False,
+    finest: bool = False,
 ) -> list[Node]:
     """A reshape as primitive view steps: `merge` (dims p and p+1 into one) and `split` (dim
     p into an outer dim and an inner dim of size `inner`). Keys then name the inner sizes
@@ -117,6 +119,19 @@ def _decompose_reshape(
     for si, sj in reversed(groups) if last_group_first else groups:
         if last_group_first:
             position = si[0]  # the groups before it are not reshaped yet
+        run = [shape[position + k] for k in range(len(si))]
+        refined = refined_steps(run, [node.shape[d] for d in sj]) if finest else None
+        if refined is not None:  # through the finest shape both cut into (see the module)
+            for op, dim, inner in refined:
+                p = position + dim
+                if op == "merge":
+                    viewed = shape[:p] + [shape[p] * shape[p + 1]] + shape[p + 2 :]
+                else:
+                    viewed = shape[:p] + [shape[p] // inner, inner] + shape[p + 1 :]
+                emit(op, {"dim": p, "inner": inner}, viewed)
+                shape = viewed
+            position += len(sj)
+            continue
         for _ in range(len(si) - 1):
             inner = shape[position + 1]
             merged = shape[:position] + [shape[position] * inner] + shape[position + 2 :]
@@ -234,6 +249,16 @@ def canonicalize(graph: Graph) -> Graph:
             for step in alternative:
                 nodes[step.id] = step
             graph.equalities.append((node.id, alternative[-1].id))
+        if _cuts_finer(operand.shape, node.shape):
+            # batch x heads regrouped from a head split: the finest reading too
+            alternative = _decompose_reshape(node, operand, next_id, finest=True)
+            if alternative[-1].op != "reshape":
+                alternative[-1].id = next_id + len(alternative) - 1
+                alternative[-1].name = f"{node.name}.refined"
+                next_id += len(alternative)
+                for step in alternative:
+                    nodes[step.id] = step
+                graph.equalities.append((node.id, alternative[-1].id))
         if _reshapes_several_groups(operand.shape, node.shape):
             # `x.view(B, S, H * D).view(B * S, H * D)` passes through a value that the
             # reshape at once, merged from the first group, never makes: both orders enter
@@ -275,6 +300,20 @@ def _kept_dims(source: tuple[int, ...], target: tuple[int, ...]) -> tuple[int, .
     if tuple(target[d] for d in kept) != source:
         return None
     return kept
+
+
+def _cuts_finer(source: tuple[int, ...], target: tuple[int, ...]) -> bool:
+    """Some run of dims is cut differently on the two sides (two or more dims of size above
+    1 on each, not a plain merge or split), or merges three or more dims into one: merging
+    first and splitting first, or merging from the outer end and from the inner end, then
+    pass through different values."""
+    if not source or not target or 0 in source or 0 in target:
+        return False
+    return any(
+        (sum(source[d] > 1 for d in si) > 1 and sum(target[d] > 1 for d in sj) > 1)
+        or (len(si) > 2 and len(sj) == 1)
+        for si, sj in reshape_groups(source, target)
+    )
 
 
 def _reshapes_several_groups(source: tuple[int, ...], target: tuple[int, ...]) -> bool:

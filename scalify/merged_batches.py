@@ -19,43 +19,58 @@ def add_unmerged_batch_forms(graph: Graph) -> None:
     next_id = max(graph.nodes, default=-1) + 1
     placed: dict[int, list[int]] = {}
     has_form = {a for a, b in graph.equalities if graph.nodes[b].op == "merge"}
+    forms = _equal_forms(graph)
     for node in list(graph.nodes.values()):
         if node.op != "dot" or len(node.operands) != 2 or node.id in has_form:
-            continue  # (a graph canonicalised again keeps its one form)
+            continue  # (a graph canonicalised again keeps its forms)
         made = NewNodes(node, next_id)
-        form = _unmerged(graph, node, made)
-        if form is None:
-            continue
-        for new in made.nodes:
-            graph.nodes[new.id] = new
-        next_id += len(made.nodes)
-        placed[node.id] = [n.id for n in made.nodes]
-        graph.equalities.append((node.id, form))
+        for form in _unmerged(graph, node, made, forms):
+            graph.equalities.append((node.id, form))
+        if made.nodes:
+            for new in made.nodes:
+                graph.nodes[new.id] = new
+            next_id += len(made.nodes)
+            placed[node.id] = [n.id for n in made.nodes]
     place_after(graph, placed)
 
 
-def _unmerged(graph: Graph, dot: Node, made: NewNodes) -> int | None:
-    """The id of `merge(dot(unmerged operands))` equal to `dot`, built in `made`; None when
-    no batch dim of the dot is a merge on both sides."""
+# Readings of one operand pair tried at most: an operand has its own reading and those of
+# its equal forms (a reshape read merging from either end).
+MAX_PAIRINGS = 4
+
+
+def _unmerged(graph: Graph, dot: Node, made: NewNodes, forms) -> list[int]:
+    """The ids of `merge(dot(unmerged operands))` equal to `dot`, built in `made`: one per
+    pairing of the two operands' readings of their first batch dim that both read as a
+    merge of the same inner size."""
     a = dot.attrs
     lhs_batch, rhs_batch = tuple(a.get("lhs_batch", ())), tuple(a.get("rhs_batch", ()))
-    sides = [_peel(graph, graph.node(o)) for o in dot.operands]
+    sides = [_peeled_forms(graph, graph.node(o), forms) for o in dot.operands]
     for k, (bl, br) in enumerate(zip(lhs_batch, rhs_batch, strict=True)):
-        left, right = sides[0].get(bl), sides[1].get(br)
-        if left is None or right is None or left[1] != right[1]:
-            continue
-        (lhs, inner), (rhs, _) = left, right
-        lhs_id = _viewed(graph, made, graph.node(dot.operands[0]), lhs)
-        rhs_id = _viewed(graph, made, graph.node(dot.operands[1]), rhs)
-        attrs = dict(a)
-        for key, at in (("lhs_batch", bl), ("lhs_contracting", bl), ("rhs_batch", br)):
-            attrs[key] = _widened(tuple(a.get(key, ())), at)
-        attrs["rhs_contracting"] = _widened(tuple(a.get("rhs_contracting", ())), br)
-        outer = dot.shape[k] // inner
-        shape = dot.shape[:k] + (outer, inner) + dot.shape[k + 1 :]
-        product = made.add("dot", (lhs_id, rhs_id), shape, dot.dtype, attrs)
-        return made.add("merge", (product,), dot.shape, dot.dtype, {"dim": k, "inner": inner})
-    return None
+        pairs = [
+            (left, right)
+            for left in sides[0].get(bl, ())
+            for right in sides[1].get(br, ())
+            if left[1] == right[1]
+        ][:MAX_PAIRINGS]
+        built = [_built(graph, dot, made, k, bl, br, left, right) for left, right in pairs]
+        if built:
+            return built
+    return []
+
+
+def _built(graph: Graph, dot: Node, made: NewNodes, k: int, bl: int, br: int, left, right) -> int:
+    a = dot.attrs
+    (lhs, inner), (rhs, _) = left, right
+    lhs_id = _viewed(graph, made, graph.node(dot.operands[0]), lhs)
+    rhs_id = _viewed(graph, made, graph.node(dot.operands[1]), rhs)
+    attrs = dict(a)
+    for key, at in (("lhs_batch", bl), ("lhs_contracting", bl), ("rhs_batch", br)):
+        attrs[key] = _widened(tuple(a.get(key, ())), at)
+    attrs["rhs_contracting"] = _widened(tuple(a.get("rhs_contracting", ())), br)
+    shape = dot.shape[:k] + (dot.shape[k] // inner, inner) + dot.shape[k + 1 :]
+    product = made.add("dot", (lhs_id, rhs_id), shape, dot.dtype, attrs)
+    return made.add("merge", (product,), dot.shape, dot.dtype, {"dim": k, "inner": inner})
 
 
 def _widened(dims: tuple[int, ...], at: int) -> tuple[int, ...]:
@@ -70,25 +85,47 @@ def _widened(dims: tuple[int, ...], at: int) -> tuple[int, ...]:
     return tuple(result)
 
 
-def _peel(graph: Graph, operand: Node) -> dict[int, tuple[tuple, int]]:
-    """For the operand's dim that is a merge of two dims (the operand a merge, or a
-    transpose of one): that dim -> ((the merge's source, the transpose's permutation of the
-    source's dims or None), the inner size)."""
-    perm = None
-    merge = operand
-    if operand.op == "transpose":
-        merge = graph.node(operand.operands[0])
-        perm = tuple(operand.attrs["perm"])
-    if merge.op != "merge":
-        return {}
-    p, inner = int(merge.attrs["dim"]), int(merge.attrs["inner"])
-    source = merge.operands[0]
-    if perm is None:
-        return {p: ((source, None), inner)}
-    expanded: list[int] = []
-    for d in perm:  # the source's dims in the transposed order, the merged pair together
-        expanded += [p, p + 1] if d == p else [d + 1 if d > p else d]
-    return {perm.index(p): ((source, tuple(expanded)), inner)}
+def _peeled_forms(graph: Graph, operand: Node, forms) -> dict[int, list[tuple[tuple, int]]]:
+    """`_peel` of the operand and of its equal forms (a reshape's finest reading is a merge
+    where its first reading ends in a split): each batch-able dim -> its readings."""
+    found: dict[int, list[tuple[tuple, int]]] = {}
+    for candidate in [operand.id, *forms.get(operand.id, ())]:
+        for dim, peeled in _peel(graph, graph.node(candidate), forms):
+            if peeled not in found.setdefault(dim, []):
+                found[dim].append(peeled)
+    return found
+
+
+def _equal_forms(graph: Graph) -> dict[int, list[int]]:
+    forms: dict[int, list[int]] = {}
+    for a, b in graph.equalities:
+        forms.setdefault(a, []).append(b)
+        forms.setdefault(b, []).append(a)
+    return forms
+
+
+def _peel(graph: Graph, operand: Node, forms) -> list[tuple[int, tuple[tuple, int]]]:
+    """For each reading of the operand as a merge (the operand a merge, or a transpose of a
+    merge or of a merge's equal form): (the operand's merged dim, ((the merge's source, the
+    transpose's permutation of the source's dims or None), the inner size))."""
+    if operand.op == "merge":
+        p, inner = int(operand.attrs["dim"]), int(operand.attrs["inner"])
+        return [(p, ((operand.operands[0], None), inner))]
+    if operand.op != "transpose":
+        return []
+    perm = tuple(operand.attrs["perm"])
+    inner_id = operand.operands[0]
+    readings = []
+    for candidate in [inner_id, *forms.get(inner_id, ())]:
+        merge = graph.node(candidate)
+        if merge.op != "merge":
+            continue
+        p, inner = int(merge.attrs["dim"]), int(merge.attrs["inner"])
+        expanded: list[int] = []
+        for d in perm:  # the source's dims in the transposed order, the merged pair together
+            expanded += [p, p + 1] if d == p else [d + 1 if d > p else d]
+        readings.append((perm.index(p), ((merge.operands[0], tuple(expanded)), inner)))
+    return readings
 
 
 def _viewed(graph: Graph, made: NewNodes, operand: Node, peeled: tuple) -> int:

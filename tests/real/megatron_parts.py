@@ -32,6 +32,7 @@ def main() -> None:
     parser.add_argument("--tp", type=int, default=2)
     parser.add_argument("--sequence-parallel", action="store_true")
     parser.add_argument("--grad", action="store_true", help="forward and backward")
+    parser.add_argument("--heads", type=int, default=4)
     parser.add_argument(
         "--query-groups", type=int, default=0, help="KV groups of grouped-query attention"
     )
@@ -114,7 +115,7 @@ def _config(tp: int, args):
         num_layers=1,
         hidden_size=HIDDEN,
         ffn_hidden_size=FFN,
-        num_attention_heads=4,
+        num_attention_heads=getattr(args, "heads", 4),
         num_query_groups=getattr(args, "query_groups", 0) or None,
         use_cpu_initialization=True,
         tensor_model_parallel_size=tp,

@@ -45,6 +45,10 @@ def _verify(tmp_path: Path, *options: str) -> dict:
         (["--part", "embedding", "--tp", "4"], ["replicate"]),
         # the whole TransformerLayer: attention over batch and heads merged into one dim
         (["--part", "layer"], ["replicate"]),
+        # grouped-query attention: one KV group per device repeated for its four heads; two
+        # groups of two heads per device at tp 4
+        (["--part", "layer", "--heads", "8", "--query-groups", "2"], ["replicate"]),
+        (["--part", "layer", "--heads", "8", "--query-groups", "4", "--tp", "4"], ["replicate"]),
     ],
 )
 def test_megatron_layers_are_proved(tmp_path, options, outputs):
