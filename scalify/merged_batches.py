@@ -70,6 +70,10 @@ def _built(graph: Graph, dot: Node, made: NewNodes, k: int, bl: int, br: int, le
     attrs["rhs_contracting"] = _widened(tuple(a.get("rhs_contracting", ())), br)
     shape = dot.shape[:k] + (dot.shape[k] // inner, inner) + dot.shape[k + 1 :]
     product = made.add("dot", (lhs_id, rhs_id), shape, dot.dtype, attrs)
+    if inner == 1 and k + 2 < len(shape):  # the unit dim goes as the outer part of the next,
+        # the way a later view that puts it back (a split at k + 1) takes it out
+        merged = {"dim": k + 1, "inner": shape[k + 2]}
+        return made.add("merge", (product,), dot.shape, dot.dtype, merged)
     return made.add("merge", (product,), dot.shape, dot.dtype, {"dim": k, "inner": inner})
 
 
@@ -109,22 +113,30 @@ def _peel(graph: Graph, operand: Node, forms) -> list[tuple[int, tuple[tuple, in
     merge or of a merge's equal form): (the operand's merged dim, ((the merge's source, the
     transpose's permutation of the source's dims or None), the inner size))."""
     if operand.op == "merge":
-        p, inner = int(operand.attrs["dim"]), int(operand.attrs["inner"])
-        return [(p, ((operand.operands[0], None), inner))]
+        return [(p, ((source, None), inner)) for p, source, inner in _as_merges(graph, operand)]
     if operand.op != "transpose":
         return []
     perm = tuple(operand.attrs["perm"])
     inner_id = operand.operands[0]
     readings = []
     for candidate in [inner_id, *forms.get(inner_id, ())]:
-        merge = graph.node(candidate)
-        if merge.op != "merge":
-            continue
-        p, inner = int(merge.attrs["dim"]), int(merge.attrs["inner"])
-        expanded: list[int] = []
-        for d in perm:  # the source's dims in the transposed order, the merged pair together
-            expanded += [p, p + 1] if d == p else [d + 1 if d > p else d]
-        readings.append((perm.index(p), ((merge.operands[0], tuple(expanded)), inner)))
+        for p, source, inner in _as_merges(graph, graph.node(candidate)):
+            expanded: list[int] = []
+            for d in perm:  # the source's dims in the transposed order, the pair together
+                expanded += [p, p + 1] if d == p else [d + 1 if d > p else d]
+            readings.append((perm.index(p), ((source, tuple(expanded)), inner)))
+    return readings
+
+
+def _as_merges(graph: Graph, node: Node) -> list[tuple[int, int, int]]:
+    """The node read as `merge(source, p, inner)`: (p, source, inner) for each reading."""
+    if node.op != "merge":
+        return []
+    p, inner, source = int(node.attrs["dim"]), int(node.attrs["inner"]), node.operands[0]
+    readings = [(p, source, inner)]
+    if p > 0 and graph.node(source).shape[p] == 1:
+        # a unit dim dropped (one head per device): the dim before it merged with it
+        readings.append((p - 1, source, 1))
     return readings
 
 

@@ -49,6 +49,8 @@ def _verify(tmp_path: Path, *options: str) -> dict:
         # groups of two heads per device at tp 4
         (["--part", "layer", "--heads", "8", "--query-groups", "2"], ["replicate"]),
         (["--part", "layer", "--heads", "8", "--query-groups", "4", "--tp", "4"], ["replicate"]),
+        # one head per device: its unit head dim is the batch's partner in the merge
+        (["--part", "layer", "--tp", "4"], ["replicate"]),
     ],
 )
 def test_megatron_layers_are_proved(tmp_path, options, outputs):
