@@ -35,15 +35,16 @@ def split_the_other_way(q, k):
     return torch.bmm(merged_q, merged_k).view(n, b, s, s).transpose(0, 1)
 
 
-def _check(parallel):
-    mesh = fake_mesh("tp=2")
+def _check(parallel, tp: int = 2):
+    mesh = fake_mesh(f"tp={tp}")
     q, k = torch.randn(8, 2, 4, 4), torch.randn(8, 2, 4, 4)
+    heads = 4 // tp
     return check_equivalent(
         scores,
         parallel,
         mesh=mesh,
         example_inputs=(q, k),
-        parallel_inputs=(q[:, :, :2], k[:, :, :2]),
+        parallel_inputs=(q[:, :, :heads], k[:, :, :heads]),
         relations={
             "inputs": {"q": "shard(2, tp)", "k": "shard(2, tp)"},
             "outputs": ["shard(1, tp)"],
@@ -51,8 +52,9 @@ def _check(parallel):
     )
 
 
-def test_the_product_over_merged_batch_and_heads_is_proved():
-    report = _check(scores)
+@pytest.mark.parametrize("tp", [2, 4], ids=["two_heads_per_device", "one_head_per_device"])
+def test_the_product_over_merged_batch_and_heads_is_proved(tp):
+    report = _check(scores, tp)
     assert report.verdict == "equivalent", [s.reason for s in report.suspects[:2]]
 
 
