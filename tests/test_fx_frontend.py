@@ -328,3 +328,44 @@ def test_topk_index_and_in_place_division_of_a_result_have_semantics():
     }
     got = run_baseline(graph, inputs)[graph.outputs[0]]
     np.testing.assert_allclose(got, module(scores).detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
+class _EntryPerRow(nn.Module):
+    """Megatron's predicted logits: `logits[arange(rows), target]`."""
+
+    def forward(self, logits, target):
+        return logits[torch.arange(logits.shape[0]), target]
+
+
+class _TwoIndexTensors(nn.Module):
+    def forward(self, x, i, j):
+        return x[i, j]
+
+
+def test_an_entry_per_row_by_arange_and_columns_is_take_along():
+    graph = lower(_EntryPerRow(), torch.randn(6, 10), torch.randint(0, 10, (6,)))
+    assert ops(graph, "take_along") and not ops(graph, "opaque")
+    logits, target = np.random.default_rng(0).normal(size=(6, 10)), np.arange(6) % 10
+    inputs = dict(zip(graph.inputs, (logits, target), strict=True))
+    (out,) = graph.outputs
+    np.testing.assert_allclose(run_baseline(graph, inputs)[out], logits[np.arange(6), target])
+
+
+def test_other_pairs_of_index_tensors_stay_opaque():
+    i = torch.randint(0, 6, (4,))
+    graph = lower(_TwoIndexTensors(), torch.randn(6, 10), i, torch.randint(0, 10, (4,)))
+    assert ops(graph, "opaque")
+
+
+def test_a_collective_over_one_device_is_its_operand():
+    """Megatron's cross-entropy all-reduces at tensor-parallel size 1 too."""
+    from scalify.capture.fx_trace import fake_process_group, trace
+
+    fake_process_group(1)
+    try:
+        group = dist.group.WORLD
+        gm = trace(lambda x: funcol.all_reduce(x * 2, "max", group), (torch.randn(4),))
+        graph = canonicalize(graph_from_fx(gm, "<memory>", world_size=1))
+        assert not ops(graph, "all_reduce")
+    finally:
+        dist.destroy_process_group()

@@ -1668,15 +1668,29 @@ class _Lowering:
 
     def op_index(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
         """`x[i]` with one integer index tensor on dim 0 (`weights[expert_ids]`): whole
-        slices of x, the index dims first, as `take` along dim 0. Other indexing (several
-        index tensors, boolean masks, later dims) stays opaque."""
+        slices of x, the index dims first, as `take` along dim 0. `x[arange(n), j]` on a
+        matrix (Megatron's predicted logits, `logits_2d[arange_1d, target]`): row r's entry
+        j[r], as `take_along` dim 1. Other indexing (boolean masks, later dims, other pairs
+        of index tensors) stays opaque."""
         x, indices = self.tensor(fx_node.args[0]), fx_node.args[1]
+        if isinstance(indices, (list, tuple)) and len(indices) == 2 and None not in indices:
+            return self._entry_per_row(x, indices, shape, dtype)
         if not isinstance(indices, (list, tuple)) or len(indices) != 1 or indices[0] is None:
             raise _Unsupported("index with other than one index tensor on dim 0")
         index = self.tensor(indices[0])
         if self.dtype(index) == "pred":
             raise _Unsupported("index by a boolean mask")
         return self.new("take", (x, index), shape, dtype, {"dim": 0}, final=True)
+
+    def _entry_per_row(self, x: int, indices, shape: tuple[int, ...], dtype: str) -> int:
+        rows, columns = (self.tensor(i) for i in indices)
+        n = self.shape(x)[0] if len(self.shape(x)) == 2 else -1
+        counted = self.nodes[rows].op == "iota" and self.nodes[rows].attrs.get("dim", 0) == 0
+        if not counted or self.shape(rows) != (n,) or self.shape(columns) != (n,):
+            raise _Unsupported("index by two tensors other than (arange(rows), columns)")
+        column = self.new("reshape", (columns,), (n, 1), self.dtype(columns))
+        taken = self.new("take_along", (x, column), (n, 1), dtype, {"dim": 1})
+        return self.new("reshape", (taken,), shape, dtype, final=True)
 
     def op_topk(self, fx_node: Any, shape: Any, dtype: Any) -> tuple[int, int]:
         """(values, indices) of the k largest (or smallest) entries along the last dim, as
@@ -2024,6 +2038,9 @@ class _Lowering:
     ) -> int:
         """One collective over a group of `size` devices along `dim` (an `avg` reduction is
         a sum divided by the size)."""
+        if size == 1 and shape == self.shape(x):
+            return x  # a group of one device: every collective is its operand (Megatron's
+            # cross-entropy all-reduces at tensor-parallel size 1 too)
         attrs: dict[str, Any] = {"groups": (tuple(range(size)),)}
         if reduce_op:
             attrs["op"] = "sum" if reduce_op == "avg" else _REDUCE_OPS[reduce_op]

@@ -33,6 +33,7 @@ def main() -> None:
     parser.add_argument("--sequence-parallel", action="store_true")
     parser.add_argument("--grad", action="store_true", help="forward and backward")
     parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--loss", action="store_true", help="gpt: the loss of given labels")
     parser.add_argument(
         "--query-groups", type=int, default=0, help="KV groups of grouped-query attention"
     )
@@ -200,7 +201,36 @@ def _layer(tp: int, args):
     return step, (torch.randn(SEQ, BATCH, HIDDEN),)
 
 
-_PARTS = {"mlp": _mlp, "embedding": _embedding, "layer": _layer}
+def _gpt(tp: int, args):
+    """Megatron's own `GPTModel` (local spec, RoPE, 2 layers): embedding, decoder, final
+    norm and the output layer, logits left split over the vocabulary (its default
+    `parallel_output`)."""
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+
+    config = _config(tp, args)
+    config.num_layers = 2
+    config.hidden_dropout = config.attention_dropout = 0.0
+    model = GPTModel(
+        config,
+        get_gpt_layer_local_spec(),
+        vocab_size=VOCAB,
+        max_sequence_length=SEQ,
+        position_embedding_type="rope",
+    )
+    mask = torch.triu(torch.ones(SEQ, SEQ), diagonal=1).bool()[None, None]
+    positions = torch.arange(SEQ)[None].expand(BATCH, SEQ)
+    tokens = torch.randint(0, VOCAB, (BATCH, SEQ), generator=torch.Generator().manual_seed(1))
+    if not args.loss:
+        return (lambda tokens: model(tokens, positions, mask)), (tokens,)
+
+    def step(tokens, labels):  # each token's loss, Megatron's vocab-parallel cross-entropy
+        return model(tokens, positions, mask, labels=labels)
+
+    return step, (tokens, torch.randint(0, VOCAB, (BATCH, SEQ)))
+
+
+_PARTS = {"mlp": _mlp, "embedding": _embedding, "layer": _layer, "gpt": _gpt}
 
 
 if __name__ == "__main__":

@@ -51,6 +51,10 @@ def _verify(tmp_path: Path, *options: str) -> dict:
         (["--part", "layer", "--heads", "8", "--query-groups", "4", "--tp", "4"], ["replicate"]),
         # one head per device: its unit head dim is the batch's partner in the merge
         (["--part", "layer", "--tp", "4"], ["replicate"]),
+        # the whole GPTModel (vocab-parallel embedding, two layers with RoPE, final norm, the
+        # output layer): its logits stay split over the vocabulary
+        (["--part", "gpt"], ["shard(2, tp)"]),
+        (["--part", "gpt", "--heads", "8", "--query-groups", "4", "--tp", "4"], ["shard(2, tp)"]),
     ],
 )
 def test_megatron_layers_are_proved(tmp_path, options, outputs):
