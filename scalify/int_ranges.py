@@ -83,14 +83,19 @@ def lookup_index_inputs(graph: Graph) -> dict[int, tuple[int, int]]:
 
 
 def _unwrapped(graph: Graph, node_id: int) -> int:
-    """The index under reshapes, casts, JAX's `i < 0 ? i + n : i`, and a guard that puts a
-    constant in some places (`where(labels != ignore_index, labels, 0)`: the other places
-    are looked up at the given index)."""
+    """The index under reshapes, transposes, casts, `i - 0`, JAX's `i < 0 ? i + n : i`, and
+    a guard that puts a constant in some places (`where(labels != ignore_index, labels, 0)`:
+    the other places are looked up at the given index)."""
     while True:
         node = graph.nodes[node_id]
-        if node.op in ROW_MAJOR_VIEWS or node.op == "convert":
+        if node.op in ROW_MAJOR_VIEWS or node.op in ("convert", "transpose"):
             if is_int_dtype(graph.nodes[node.operands[0]].dtype):
                 node_id = node.operands[0]
+                continue
+        if node.op in ("add", "sub") and len(node.operands) == 2:  # x - 0: a block start of 0
+            zero = _zero_fill_operand(graph, node)
+            if zero is not None:
+                node_id = node.operands[1 - zero]
                 continue
         if node.op == "select":
             guarded = _constant_guarded(graph, node)
@@ -108,6 +113,17 @@ def _unwrapped(graph: Graph, node_id: int) -> int:
                 node_id = plain.id
                 continue
         return node_id
+
+
+def _zero_fill_operand(graph: Graph, node: Node) -> int | None:
+    """Which operand of `x + 0`, `0 + x` or `x - 0` is the zero (an integer fill), or None."""
+    from .literal_folding import is_zero_fill
+
+    for k in (1,) if node.op == "sub" else (0, 1):
+        other = graph.nodes[node.operands[1 - k]]
+        if is_zero_fill(node.operands[k], graph.nodes) and other.shape == node.shape:
+            return k
+    return None
 
 
 def _constant_guarded(graph: Graph, node: Node) -> int | None:

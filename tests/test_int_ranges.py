@@ -67,3 +67,23 @@ def test_only_a_lookup_index_input_is_assumed_in_range():
     )
     ranges = {graph.input_name(i): graph.node(i).attrs.get("assumed_range") for i in graph.inputs}
     assert ranges == {"t": None, "i": (0, 15), "j": None}
+
+
+def test_an_index_under_a_transpose_and_a_start_of_zero_is_assumed_in_range():
+    """Megatron's cross-entropy at tensor-parallel size 1: its target, transposed, less the
+    block start 0, looks up the logits (one entry per row)."""
+    import pytest
+
+    torch = pytest.importorskip("torch")
+    from scalify.canonicalize import canonicalize
+    from scalify.capture.fx_trace import trace
+    from scalify.frontends.fx import graph_from_fx
+
+    def predicted(logits, labels):
+        local = labels.t() - 0
+        return logits.gather(1, local)
+
+    gm = trace(predicted, (torch.randn(2, 16), torch.randint(0, 16, (1, 2))))
+    graph = canonicalize(graph_from_fx(gm, "<memory>"))
+    ranges = {graph.input_name(i): graph.node(i).attrs.get("assumed_range") for i in graph.inputs}
+    assert list(ranges.values()) == [None, (0, 15)], ranges
