@@ -125,11 +125,9 @@ def _masked_lookup(reader: IndexReader, select: Node) -> tuple[Block, Node] | No
     atom = reader.nodes[block.index]
     if core.shape != atom.shape or not reader.equals_offset(core.id, block):
         return None
-    index_labels = dim_labels(reader.nodes, index_path)
+    index_atoms = dim_atoms(reader.nodes, index_path)
     extra = len(table.shape) - 1 if lookup.op == "take" else 0
-    value_labels = index_labels and dim_labels(
-        reader.nodes, lookup_path, index_labels + [None] * extra
-    )
+    value_labels = index_atoms and dim_labels(reader.nodes, lookup_path, index_atoms + [()] * extra)
     mask_path = reader.mask_views(mask)
     if reader.nodes[mask_path[-1]].shape != atom.shape:
         return None
@@ -160,31 +158,58 @@ def _value_path(reader: IndexReader, node_id: int, block: Block) -> list[int]:
         return path
 
 
+# Per dim, the bottom node's dims it is made of, with their sizes, outer first (empty: a unit
+# dim or one a broadcast made).
+Atoms = tuple[tuple[int, int], ...]
+
+
 def dim_labels(nodes: dict[int, Node], path: list[int], base: list | None = None) -> list | None:
-    """For the top node of `path` (top first), which dim of the bottom node each dim shows
-    (None: a unit dim or one a broadcast made). `base`: the bottom node's labels."""
+    """For the top node of `path` (top first), which dim of the bottom node each dim shows:
+    its number, a tuple of numbers for dims a reshape merged, None for a unit dim or one a
+    broadcast made. `base`: the bottom node's `dim_atoms` (another path's top)."""
+    atoms = dim_atoms(nodes, path, base)
+    if atoms is None:
+        return None
+    return [None if not a else a[0][0] if len(a) == 1 else tuple(d for d, _ in a) for a in atoms]
+
+
+def dim_atoms(nodes: dict[int, Node], path: list[int], base: list | None = None):
+    """For the top node of `path`, each dim's bottom dims with their sizes (see `Atoms`);
+    None when a reshape cuts a bottom dim (no dim correspondence)."""
     bottom = nodes[path[-1]]
-    labels = base if base is not None else list(range(len(bottom.shape)))
-    labels = [lab if n != 1 else None for lab, n in zip(labels, bottom.shape, strict=True)]
+    if base is None:
+        base = [((d, n),) for d, n in enumerate(bottom.shape)]
+    atoms = [a if n != 1 else () for a, n in zip(base, bottom.shape, strict=True)]
     for node_id in reversed(path[:-1]):
         node = nodes[node_id]
         if node.op == "broadcast":
-            out = [None] * len(node.shape)
+            out: list = [()] * len(node.shape)
             for i, d in enumerate(node.attrs["dims"]):
-                out[d] = labels[i]
+                out[d] = atoms[i]
         elif node.op == "transpose":
-            out = [labels[p] for p in node.attrs["perm"]]
+            out = [atoms[p] for p in node.attrs["perm"]]
         elif node.op == "select":  # a guard the block decides: elementwise, same shape
-            out = labels
-        else:  # a reshape: only unit dims may come or go
-            source = nodes[node.operands[0]].shape
-            kept = [lab for lab, n in zip(labels, source, strict=True) if n != 1]
-            if len(kept) != sum(1 for n in node.shape if n != 1):
-                return None  # it moves elements: no dim correspondence
-            it = iter(kept)
-            out = [next(it) if n != 1 else None for n in node.shape]
-        labels = [lab if n != 1 else None for lab, n in zip(out, node.shape, strict=True)]
-    return labels
+            out = atoms
+        else:  # a reshape: the bottom dims regrouped, none of them cut
+            out = _regrouped([x for a in atoms for x in a], node.shape)
+            if out is None:
+                return None
+        atoms = [a if n != 1 else () for a, n in zip(out, node.shape, strict=True)]
+    return atoms
+
+
+def _regrouped(flat: list[tuple[int, int]], shape: tuple[int, ...]) -> list | None:
+    out, at = [], 0
+    for n in shape:
+        group, size = [], 1
+        while size < n and at < len(flat):
+            group.append(flat[at])
+            size *= flat[at][1]
+            at += 1
+        if size != n:
+            return None
+        out.append(tuple(group))
+    return out if at == len(flat) else None
 
 
 def _rewrite(select: Node, block: Block, lookup: Node, graph: Graph, next_id: int) -> list[Node]:
