@@ -39,8 +39,8 @@ def fold_literals(graph: Graph) -> None:
             if test in ("true", "false"):
                 alias[node.id] = node.operands[1] if test == "true" else node.operands[2]
                 continue
-        if node.op == "add" and (kept := _added_to_zero(node, nodes)) is not None:
-            alias[node.id] = kept  # x + 0 (a gradient accumulated into fresh zeros)
+        if node.op in ("add", "sub") and (kept := _added_to_zero(node, nodes)) is not None:
+            alias[node.id] = kept  # x + 0 (a gradient accumulated into fresh zeros), x - 0
             continue
         literal = folded_literal(node, nodes)
         if literal is None:
@@ -71,8 +71,10 @@ def fold_literals(graph: Graph) -> None:
 
 
 def _added_to_zero(node: Node, nodes: dict[int, Node]) -> int | None:
-    """The operand of `x + 0` that is x, when x has the sum's shape and type."""
-    for zero, other in (node.operands, node.operands[::-1]):
+    """The operand of `x + 0` (or `0 + x`, `x - 0`: a vocabulary block starting at 0) that
+    is x, when x has the result's shape and type."""
+    pairs = [node.operands[::-1]] if node.op == "sub" else [node.operands, node.operands[::-1]]
+    for zero, other in pairs:
         kept = nodes[other]
         if kept.shape == node.shape and kept.dtype == node.dtype and is_zero_fill(zero, nodes):
             return other

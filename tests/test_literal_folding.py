@@ -27,3 +27,15 @@ def test_a_value_added_to_another_fill_stays_a_sum():
     graph = _graph("1.0")
     fold_literals(graph)
     assert graph.nodes[graph.outputs[0]].op == "add"
+
+
+def test_zero_taken_from_a_value_is_the_value_and_a_value_taken_from_zero_is_not():
+    """`target - 0` (a vocabulary block that starts at 0) is the target; `0 - x` is -x."""
+    graph = _graph("0")
+    graph.nodes[3] = Node(3, "sub", (0, 2), (4,), "f32", {}, name="less_zero")
+    fold_literals(graph)
+    assert graph.outputs == [0]
+    graph = _graph("0")
+    graph.nodes[3] = Node(3, "sub", (2, 0), (4,), "f32", {}, name="from_zero")
+    fold_literals(graph)
+    assert graph.nodes[graph.outputs[0]].op == "sub"

@@ -55,6 +55,9 @@ def _verify(tmp_path: Path, *options: str) -> dict:
         # output layer): its logits stay split over the vocabulary
         (["--part", "gpt"], ["shard(2, tp)"]),
         (["--part", "gpt", "--heads", "8", "--query-groups", "4", "--tp", "4"], ["shard(2, tp)"]),
+        # with labels: each token's loss, Megatron's vocab-parallel cross-entropy (its target
+        # masked to the device's vocabulary block, looked up per row, all-reduced)
+        (["--part", "gpt", "--loss"], ["replicate"]),
     ],
 )
 def test_megatron_layers_are_proved(tmp_path, options, outputs):
