@@ -93,3 +93,40 @@ def test_a_write_through_another_view_then_read_is_refused(mesh):
 
     with pytest.raises(ScalifyError, match="wrote into its memory in place"):
         _check(mesh, through_transpose, through_transpose, (4, 4), (2, 4))
+
+
+def _softmax_grad_by_hand(scale: float):
+    """Megatron's cross-entropy backward, by its own in-place steps: the softmax written
+    into its input (`torch.exp(x, out=x)`, `div_`), one entry per row lowered through a
+    reshaped view of it, then the whole scaled in place."""
+
+    def program(x, target):
+        probs = x - x.amax(dim=-1, keepdim=True)
+        torch.exp(probs, out=probs)
+        probs.div_(probs.sum(dim=-1, keepdim=True))
+        rows = probs.view(-1, probs.shape[-1])
+        rows[torch.arange(rows.shape[0]), target.view(-1)] -= scale
+        probs.mul_(2.0)
+        return probs
+
+    return program
+
+
+def test_writes_through_a_reshaped_view_and_into_an_out_argument_are_read(mesh):
+    """(softmax - one_hot) * 2 where the rows are reached through `view(-1, n)`: read, not
+    refused, and read as the value the program computes (the simulation agrees with the
+    plain formula; a wrong entry does not)."""
+
+    def plain(x, target):
+        hot = torch.nn.functional.one_hot(target, x.shape[-1]).to(x.dtype)
+        return (torch.softmax(x, dim=-1) - hot) * 2.0
+
+    x, target = torch.randn(2, 3, 5), torch.randint(0, 5, (2, 3))
+    good = check_equivalent(
+        plain, _softmax_grad_by_hand(1.0), mesh=mesh, example_inputs=(x, target)
+    )
+    assert good.verdict != "not_equivalent", good.counterexample
+    wrong = check_equivalent(
+        plain, _softmax_grad_by_hand(2.0), mesh=mesh, example_inputs=(x, target)
+    )
+    assert wrong.verdict == "not_equivalent"

@@ -1879,9 +1879,11 @@ class _Lowering:
         """After an in-place op that later ops may see (it is not read as a new value): the
         tensor it wrote is that value from here on. Written through a chain of slices, the
         tensor the slices view becomes its old value with the slice replaced (a
-        concatenation); written through another view, every later read of the tensor is
-        refused. Either way the views made before the write go stale: reading one is
-        refused, never read as the old value."""
+        concatenation), and through a reshape the written value reshaped back; written
+        through another view, every later read of the tensor is refused. Either way the
+        views made before the write go stale (reading one is refused, never read as the old
+        value), but for earlier in-place results that are the whole tensor itself: they
+        read its new value."""
         if not _in_place(fx_node) or self.rewritable_in_place(fx_node):
             return
         target = fx_node.args[0]
@@ -1894,12 +1896,23 @@ class _Lowering:
         stale = [v for v in self.views_of(root) if self.order[v] < self.order[fx_node]]
         new = self.functional_value(fx_node, namespace, name, overload)
         self.env[fx_node] = new
-        if new is None or not all(_plain_slice(v) or _in_place(v) for v in chain):
+        if new is None or not all(
+            _plain_slice(v) or _in_place(v) or _whole_reshape(v) for v in chain
+        ):
             stale.append(root)  # a write Scalify cannot put back: no later read of it
         elif not chain:
             self.env[root] = new
         else:
             self.env[root] = self.write_back(root, chain, new)
+        if root not in stale and self.env.get(root) is not None:
+            whole = [
+                v
+                for v in stale
+                if _in_place(v) and self.shape_of(v.meta["val"]) == self.shape(self.env[root])
+            ]
+            for view in whole:  # an earlier in-place result is the tensor itself
+                self.env[view] = self.env[root]
+            stale = [v for v in stale if v not in whole]
         for view in stale:
             self.stale.setdefault(view, fx_node)
 
@@ -1923,12 +1936,21 @@ class _Lowering:
             if _in_place(view):  # an earlier in-place op's result is its target itself
                 current[view] = current[view.args[0]]
                 continue
+            if _whole_reshape(view):  # the same elements in row-major order, reshaped
+                parent = current[view.args[0]]
+                shape = self.shape_of(view.meta["val"])
+                current[view] = self.new("reshape", (parent,), shape, self.dtype(parent))
+                continue
             dim, begin, end = self.slice_bounds(view, current[view.args[0]])
             current[view] = self.piece(current[view.args[0]], dim, begin, end)
         for view in chain:
             if _in_place(view):
                 continue
             parent = current[view.args[0]]
+            if _whole_reshape(view):  # written through a reshape: the parent reshaped back
+                shape, dtype = self.shape(parent), self.dtype(parent)
+                written = self.new("reshape", (self.convert(written, dtype),), shape, dtype)
+                continue
             dim, begin, end = self.slice_bounds(view, parent)
             size, dtype = self.shape(parent)[dim], self.dtype(parent)
             parts = [self.piece(parent, dim, 0, begin)] if begin else []
@@ -2221,14 +2243,26 @@ def _slice_args(node: Any) -> tuple[Any, Any, Any, Any]:
 
 
 def _in_place(node: Any) -> bool:
-    """The result of an in-place op (`y.add_(1)`): its target, written."""
+    """The result of an in-place op (`y.add_(1)`), or of an `out=` op writing into its own
+    input (`torch.exp(x, out=x)`, as Megatron's cross-entropy writes): its target, written."""
     schema = getattr(node.target, "_schema", None)
-    return schema is not None and _writes_in_place(schema)
+    if schema is None:
+        return False
+    if _writes_in_place(schema):
+        return True
+    out = node.kwargs.get("out") if hasattr(node, "kwargs") else None
+    return schema.overload_name == "out" and out is not None and node.args[:1] == (out,)
 
 
 def _plain_slice(node: Any) -> bool:
     """`aten.slice(x, dim, start, end)` with step 1."""
     return _op_name(node.target)[1] == "slice" and _slice_args(node)[3] in (None, 1)
+
+
+def _whole_reshape(node: Any) -> bool:
+    """A view that reshapes every element of its operand, in row-major order (`x.view(-1,
+    n)`): a write through it writes its operand's elements at the same row-major places."""
+    return _op_name(node.target)[1] in _RESHAPES and "val" in getattr(node, "meta", {})
 
 
 def _is_view(node: Any) -> bool:

@@ -224,8 +224,14 @@ def _gpt(tp: int, args):
     if not args.loss:
         return (lambda tokens: model(tokens, positions, mask)), (tokens,)
 
+    weights = list(model.parameters())
+
     def step(tokens, labels):  # each token's loss, Megatron's vocab-parallel cross-entropy
-        return model(tokens, positions, mask, labels=labels)
+        loss = model(tokens, positions, mask, labels=labels)
+        if not args.grad:
+            return loss
+        loss.sum().backward()  # a training step's backward; each weight's gradient
+        return loss, [w.grad for w in weights]
 
     return step, (tokens, torch.randint(0, VOCAB, (BATCH, SEQ)))
 
