@@ -369,3 +369,18 @@ def test_a_collective_over_one_device_is_its_operand():
         assert not ops(graph, "all_reduce")
     finally:
         dist.destroy_process_group()
+
+
+def test_an_as_strided_over_all_of_a_contiguous_tensor_in_order_is_a_reshape():
+    """Autograd's backward of an in-place op on a view replays the view so."""
+    from scalify.capture.fx_trace import trace
+
+    def whole(x):
+        return torch.as_strided(x.flatten(), (2, 3, 4), (12, 4, 1), 0) * 2
+
+    def strided(x):
+        return torch.as_strided(x.flatten(), (3, 2), (1, 3), 0) * 2  # a transpose
+
+    for program, reads in ((whole, True), (strided, False)):
+        graph = canonicalize(graph_from_fx(trace(program, (torch.randn(4, 6),)), "<memory>"))
+        assert bool(ops(graph, "opaque")) != reads, program.__name__

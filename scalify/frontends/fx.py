@@ -673,6 +673,14 @@ class _Lowering:
             raise _Unsupported(name)
         return method(fx_node, shape, dtype)
 
+    def op_as_strided(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
+        """`as_strided` that reads all of a contiguous tensor, in order (autograd's backward
+        of an in-place op on a view replays the view so): a reshape. Any other stays
+        opaque."""
+        if not _contiguous_whole(fx_node):
+            raise _Unsupported("as_strided other than a contiguous reshape")
+        return self.new("reshape", (self.tensor(fx_node.args[0]),), shape, dtype, final=True)
+
     # ---- complex values (RoPE as torchtitan and Llama's reference code write it)
 
     def is_complex(self, arg: Any) -> bool:
@@ -2261,8 +2269,31 @@ def _plain_slice(node: Any) -> bool:
 
 def _whole_reshape(node: Any) -> bool:
     """A view that reshapes every element of its operand, in row-major order (`x.view(-1,
-    n)`): a write through it writes its operand's elements at the same row-major places."""
-    return _op_name(node.target)[1] in _RESHAPES and "val" in getattr(node, "meta", {})
+    n)`, a contiguous `as_strided`): a write through it writes its operand's elements at
+    the same row-major places."""
+    if "val" not in getattr(node, "meta", {}):
+        return False
+    return _op_name(node.target)[1] in _RESHAPES or _contiguous_whole(node)
+
+
+def _contiguous_whole(node: Any) -> bool:
+    """`as_strided(x, size, stride, 0)` over all of a contiguous x that starts its storage,
+    with the row-major strides of `size`: x's elements in order, reshaped."""
+    if _op_name(node.target)[1] != "as_strided" or not node.args:
+        return False
+    base = getattr(node.args[0], "meta", {}).get("val")
+    size, stride = list(node.args[1]), list(node.args[2])
+    offset = node.args[3] if len(node.args) > 3 else node.kwargs.get("storage_offset", 0)
+    if base is None or offset not in (0, None):
+        return False
+    expected, step = [], 1
+    for n in reversed(size):
+        expected.insert(0, step)
+        step *= n
+    whole = base.is_contiguous() and base.storage_offset() == 0 and step == base.numel()
+    return whole and [s for s, n in zip(stride, size, strict=True) if n != 1] == [
+        s for s, n in zip(expected, size, strict=True) if n != 1
+    ]
 
 
 def _is_view(node: Any) -> bool:
