@@ -239,34 +239,25 @@ def canonicalize(graph: Graph) -> Graph:
         next_id += len(steps)
         for step in steps:
             nodes[step.id] = step
-        for k, removed in enumerate(unit_removals(operand.shape, node.shape)):
+        readings = [  # (suffix, how): other readings of the same reshape, as equal values
             # A local unit dim may be a real one (a squeezed scan slice) or a dim sharded
-            # down to one entry; every reading enters the e-graph, as equal values.
-            alternative = _decompose_reshape(node, operand, next_id, removed=removed)
-            alternative[-1].id = next_id + len(alternative) - 1
-            alternative[-1].name = f"{node.name}.squeeze" + (f"{k}" if k else "")
-            next_id += len(alternative)
-            for step in alternative:
-                nodes[step.id] = step
-            graph.equalities.append((node.id, alternative[-1].id))
+            # down to one entry
+            (".squeeze" + (f"{k}" if k else ""), {"removed": removed})
+            for k, removed in enumerate(unit_removals(operand.shape, node.shape))
+        ]
         if _cuts_finer(operand.shape, node.shape):
-            # batch x heads regrouped from a head split: the finest reading too
-            alternative = _decompose_reshape(node, operand, next_id, finest=True)
-            if alternative[-1].op != "reshape":
-                alternative[-1].id = next_id + len(alternative) - 1
-                alternative[-1].name = f"{node.name}.refined"
-                next_id += len(alternative)
-                for step in alternative:
-                    nodes[step.id] = step
-                graph.equalities.append((node.id, alternative[-1].id))
+            # batch x heads regrouped from a head split: through the finest shape
+            readings.append((".refined", {"finest": True}))
         if _reshapes_several_groups(operand.shape, node.shape):
             # `x.view(B, S, H * D).view(B * S, H * D)` passes through a value that the
             # reshape at once, merged from the first group, never makes: both orders enter
-            alternative = _decompose_reshape(node, operand, next_id, last_group_first=True)
+            readings.append((".reversed", {"last_group_first": True}))
+        for suffix, how in readings:
+            alternative = _decompose_reshape(node, operand, next_id, **how)
             if alternative[-1].op == "reshape":
-                continue
+                continue  # no such reading
             alternative[-1].id = next_id + len(alternative) - 1
-            alternative[-1].name = f"{node.name}.reversed"
+            alternative[-1].name = f"{node.name}{suffix}"
             next_id += len(alternative)
             for step in alternative:
                 nodes[step.id] = step
