@@ -485,7 +485,9 @@ def frontier(
         if related(node.id, dist, proven, replicated):
             continue
         if all(related(o, dist, proven, replicated) for o in node.operands):
-            findings += _same_everywhere_sources(node, dist, base, proven, replicated, findings)
+            findings += _same_everywhere_sources(
+                node, dist, base, proven, replicated, findings, mesh
+            )
             findings += _unrescaled_shift(node, dist, base, proven, findings)
             reason, definite = _explain(node, dist, proven, mesh, fused)
             operands = [describe(o, dist, base, proven) for o in node.operands]
@@ -529,12 +531,20 @@ def _judged_by_pieces(dist: Graph, proven: Proven, replicated: set[int]) -> set[
 
 
 def _same_everywhere_sources(
-    node: Node, dist: Graph, base: Graph, proven: Proven, replicated: set[int], found
+    node: Node,
+    dist: Graph,
+    base: Graph,
+    proven: Proven,
+    replicated: set[int],
+    found,
+    mesh: Mesh,
 ) -> list[Finding]:
     """Operands of `node` that are the same on every device yet equal to no baseline value,
     when another operand is sharded over an axis: the device's own part was probably meant
     (a slice without the device offset). The earliest such op is the suspect, ahead of
-    `node` where the mismatch shows."""
+    `node` where the mismatch shows; when that op is a collective of a value already wrong
+    (a sequence-parallel norm changed before its all-gather), the first op of that value
+    no rule relates is."""
     split = [
         p.axis
         for o in node.operands
@@ -549,6 +559,14 @@ def _same_everywhere_sources(
     for operand in node.operands:
         origin = _first_unproven_replicated(operand, dist, proven, replicated)
         if origin is None or origin.id in known:
+            continue
+        upstream = _upstream_frontier(origin, dist, proven, replicated)
+        if origin.op in COLLECTIVES and upstream is not None:
+            if upstream.id not in known:
+                known.add(upstream.id)
+                reason, definite = _explain(upstream, dist, proven, mesh)
+                operands = [describe(o, dist, base, proven) for o in upstream.operands]
+                out.append(Finding(upstream, reason, definite, operands))
             continue
         known.add(origin.id)
         out.append(
@@ -648,6 +666,28 @@ def _chunk_shift(node: Node, dist: Graph) -> int | None:
         return None
     shifted = dist.node(sub.operands[1])
     return shifted.operands[0] if shifted.op == "broadcast" else None
+
+
+def _upstream_frontier(
+    node: Node, dist: Graph, proven: Proven, replicated: set[int]
+) -> Node | None:
+    """The earliest op upstream of `node`, through ops no proof relates, whose operands are
+    all related: where the value `node` collects went wrong. None when its operands are."""
+
+    def unrelated(i: int) -> bool:
+        return i not in proven and i not in replicated and dist.node(i).op != "parameter"
+
+    region, stack = set(), [o for o in node.operands if unrelated(o)]
+    while stack:
+        i = stack.pop()
+        if i in region:
+            continue
+        region.add(i)
+        stack += [o for o in dist.node(i).operands if unrelated(o)]
+    roots = [i for i in region if not any(o in region for o in dist.node(i).operands)]
+    roots = [i for i in roots if not _is_literal(dist.node(i), dist)]
+    order = {i: k for k, i in enumerate(dist.nodes)}
+    return dist.node(min(roots, key=order.__getitem__)) if roots else None
 
 
 def _first_unproven_replicated(
