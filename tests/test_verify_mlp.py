@@ -23,10 +23,9 @@ def test_correct_tp_mlp_is_equivalent(cli):
 EXPECTED = {
     "bias_before_allreduce": ("add", bug_line("bias_before_allreduce"), "counted 4 times"),
     "wrong_groups": ("all_reduce", bug_line("wrong_groups"), "wrong devices"),
-    # No op is computed on the BUG line itself, and no sum over tp follows: the line to
-    # report is the one that made the value the all-reduce should have reduced (the misuse,
-    # where b2 is added, is named in the reason).
-    "missing_allreduce": ("dot", line_of("partial_sum = h @ w2"), "all-reduce over tp missing"),
+    # No op is computed on the BUG line itself: the unreduced value is first misused where
+    # b2 is added, so that is the line to report.
+    "missing_allreduce": ("add", line_of("return y + b2"), "all-reduce over tp missing"),
     "double_allreduce": ("all_reduce", bug_line("double_allreduce"), "applied twice"),
 }
 

@@ -405,48 +405,6 @@ def _sharded_at(node_id: int, dist: Graph, proven: Proven) -> str:
     )
 
 
-def _same_file(a: Node, b: Node) -> bool:
-    return a.loc is not None and b.loc is not None and a.loc.file == b.loc.file
-
-
-def _missing_reduction_root(
-    node: Node, reason: str, dist: Graph, proven: Proven, mesh: Mesh
-) -> Node | None:
-    """For a finding that an all-reduce is missing before `node`, when no sum over that axis
-    follows `node` (so the reduction is missing, not late: no bias added before it): the op
-    that made the partial sum, the line a developer changes. None otherwise."""
-    if "all-reduce over " not in reason or "missing" not in reason:
-        return None
-    axis = reason.split("all-reduce over ", 1)[1].split()[0]
-    users = dist.memo("users", Graph.users)
-    seen, stack = set(), [node.id]
-    while stack:  # a sum over the axis downstream: a late reduction, the node is the bug
-        for user in users.get(stack.pop(), ()):
-            if user in seen:
-                continue
-            seen.add(user)
-            later = dist.node(user)
-            if later.op in ("all_reduce", "reduce_scatter") and axis in collective_axes(
-                later, mesh
-            ).split(","):
-                return None
-            stack.append(user)
-    partial = next((o for o in node.operands if axis in _partial_axes(_layouts(o, proven))), None)
-    if partial is None:
-        return None
-    seen, queue = set(), [partial]
-    while queue:  # up to where the partial sum was made from values that are not one
-        current = dist.node(queue.pop(0))
-        if current.id in seen:
-            continue
-        seen.add(current.id)
-        upstream = [o for o in current.operands if axis in _partial_axes(_layouts(o, proven))]
-        if not upstream:
-            return current if current.loc is not None else None
-        queue += upstream
-    return None
-
-
 def _partial_made_at(node_id: int, axis: str, dist: Graph, proven: Proven) -> str:
     """Where a partial sum over `axis` was made: the nearest op upstream whose result is one
     while its operands are not (a row-parallel dot, a masked lookup), as `op at file:line`.
@@ -533,13 +491,6 @@ def frontier(
             findings += _unrescaled_shift(node, dist, base, proven, findings)
             reason, definite = _explain(node, dist, proven, mesh, fused)
             operands = [describe(o, dist, base, proven) for o in node.operands]
-            root = _missing_reduction_root(node, reason, dist, proven, mesh)
-            if root is not None and _same_file(root, node):
-                # the value an absent all-reduce should have reduced, in the code that
-                # misuses it (made inside a library, the misuse is the line to change)
-                reason = f"{reason}; shown at {node.op} `{node.name}`{at_line(node.loc)}"
-                operands = [describe(o, dist, base, proven) for o in root.operands]
-                node = root
             findings.append(Finding(node, reason, definite, operands))
     findings.sort(key=lambda f: not f.definite)
     return findings
