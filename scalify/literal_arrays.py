@@ -21,7 +21,7 @@ import numpy as np
 from .int_ranges import is_int_dtype
 from .ir import Graph, Node
 from .ops import COLLECTIVES
-from .partition import _literal_nodes
+from .partition import computed_from_literals
 from .simulate.kernels import NotSimulable, apply
 
 # Larger literal values are left as computed: evaluating them costs what the proof saves.
@@ -33,7 +33,7 @@ _PLAIN = frozenset({"constant", "iota", "broadcast"})
 def fold_literal_arrays(graph: Graph) -> None:
     """Each integer or predicate value computed from literals only and read by a computed
     value is replaced by its canonical form (see the module's docstring)."""
-    literal = _literal_nodes(graph)  # not the memo: the graph is still being rewritten
+    literal = computed_from_literals(graph)  # not the memo: the graph is still being rewritten
     users = graph.users()
     values: dict[int, np.ndarray] = {}
     replaced: dict[int, list[Node]] = {}

@@ -46,10 +46,11 @@ class PartitionStats:
 
 def literal_nodes(graph: Graph) -> set[int]:
     """Nodes computed from literals only (no parameter among their inputs)."""
-    return graph.memo("literal_nodes", _literal_nodes)
+    return graph.memo("literal_nodes", computed_from_literals)
 
 
-def _literal_nodes(graph: Graph) -> set[int]:
+def computed_from_literals(graph: Graph) -> set[int]:
+    """`literal_nodes` computed afresh, for a graph still being rewritten (no memo)."""
     literal: set[int] = set()
     for node in graph.nodes.values():
         if node.op in LITERAL_OPS or (

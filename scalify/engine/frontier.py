@@ -668,6 +668,21 @@ def _chunk_shift(node: Node, dist: Graph) -> int | None:
     return shifted.operands[0] if shifted.op == "broadcast" else None
 
 
+def _earliest_root(starts: list[int], dist: Graph, inside: Callable[[int], bool]) -> Node | None:
+    """Walking back from `starts` through the nodes `inside` admits, the earliest one (in
+    graph order) none of whose operands is in that region; None when no start is inside."""
+    region, stack = set(), [i for i in starts if inside(i)]
+    while stack:
+        i = stack.pop()
+        if i in region:
+            continue
+        region.add(i)
+        stack += [o for o in dist.node(i).operands if inside(o)]
+    roots = [i for i in region if not any(o in region for o in dist.node(i).operands)]
+    order = dist.memo("positions", lambda g: {i: k for k, i in enumerate(g.nodes)})
+    return dist.node(min(roots, key=order.__getitem__)) if roots else None
+
+
 def _upstream_frontier(
     node: Node, dist: Graph, proven: Proven, replicated: set[int]
 ) -> Node | None:
@@ -675,19 +690,15 @@ def _upstream_frontier(
     all related: where the value `node` collects went wrong. None when its operands are."""
 
     def unrelated(i: int) -> bool:
-        return i not in proven and i not in replicated and dist.node(i).op != "parameter"
+        n = dist.node(i)
+        return (
+            i not in proven
+            and i not in replicated
+            and n.op != "parameter"
+            and not _is_literal(n, dist)
+        )
 
-    region, stack = set(), [o for o in node.operands if unrelated(o)]
-    while stack:
-        i = stack.pop()
-        if i in region:
-            continue
-        region.add(i)
-        stack += [o for o in dist.node(i).operands if unrelated(o)]
-    roots = [i for i in region if not any(o in region for o in dist.node(i).operands)]
-    roots = [i for i in roots if not _is_literal(dist.node(i), dist)]
-    order = {i: k for k, i in enumerate(dist.nodes)}
-    return dist.node(min(roots, key=order.__getitem__)) if roots else None
+    return _earliest_root(list(node.operands), dist, unrelated)
 
 
 def _first_unproven_replicated(
@@ -705,18 +716,7 @@ def _first_unproven_replicated(
             and i not in _rank_derived(dist)
         )
 
-    if not inside(node_id):
-        return None
-    region, stack = set(), [node_id]
-    while stack:
-        i = stack.pop()
-        if i in region:
-            continue
-        region.add(i)
-        stack += [o for o in dist.node(i).operands if inside(o)]
-    order = {i: k for k, i in enumerate(dist.nodes)}
-    roots = [i for i in region if not any(o in region for o in dist.node(i).operands)]
-    return dist.node(min(roots, key=order.__getitem__))
+    return _earliest_root([node_id], dist, inside)
 
 
 def _feeding_outputs(graph: Graph, is_related: Callable[[int], bool]) -> set[int]:
