@@ -16,6 +16,7 @@ from .broadcast_lookups import lift_broadcast_indices
 from .broadcast_sinking import sink_broadcasts
 from .device_tables import fold_device_tables
 from .errors import ScalifyError
+from .index_forms import guarded_index_range
 from .int_ranges import fold_int_ranges, is_int_dtype
 from .ir import Graph, Node, at_line, feeding
 from .literal_arrays import fold_literal_arrays
@@ -208,7 +209,7 @@ def canonicalize(graph: Graph) -> Graph:
     fold_device_tables(graph)
     _fold(graph)
     fold_static_indices(graph)
-    ranges = fold_int_ranges(graph)
+    ranges = fold_int_ranges(graph, guarded_index_range)
     fold_block_lookups(graph, ranges)
     fold_one_hots(graph, ranges)
     fold_block_iotas(graph, ranges)
@@ -264,9 +265,19 @@ def canonicalize(graph: Graph) -> Graph:
             graph.equalities.append((node.id, alternative[-1].id))
     graph.nodes = nodes
     sink_broadcasts(graph)
-    add_unmerged_batch_forms(graph)
+    add_unmerged_batch_forms(graph, viewed_as)
     add_views_through_broadcasts(graph)
     return _prune(graph)
+
+
+def viewed_as(like: Node, value: Node, shape: tuple[int, ...], next_id: int) -> list[Node]:
+    """`value` reshaped to `shape` as merge and split steps, ids from `next_id` on, placed
+    and named as `like`."""
+    reshape = Node(next_id, "reshape", (value.id,), shape, value.dtype, {}, like.loc, like.name)
+    steps = _decompose_reshape(reshape, value, next_id + 1)
+    steps[-1].id = next_id + len(steps)
+    steps[-1].name = f"{like.name}.viewed"
+    return steps
 
 
 def _unit_insertion(node: Node, operand: Node | None) -> tuple[int, ...] | None:

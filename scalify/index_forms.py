@@ -285,6 +285,34 @@ def _negated_half_line(
     return None
 
 
+def guarded_index_range(select: Node, nodes: dict[int, Node]) -> tuple[int, tuple[int, int]] | None:
+    """(the branch, [0, size)) for `select(index outside block r, other, index - size*r)`
+    (either way round): a vocab-parallel lookup's guard, whose local branch is taken only
+    where the index is in the device's block, so it lies in [0, size) wherever it is taken.
+    The test must test the select's own positions (no view between)."""
+    if select.op != "select" or not is_int_dtype(select.dtype):
+        return None
+    reader = IndexReader(_Nodes(nodes))
+    test = select.operands[0]
+    if reader.mask_views(test) != [test] or nodes[test].shape != select.shape:
+        return None
+    found = reader.block(test)
+    if found is None:
+        return None
+    block, negated = found
+    inside = select.operands[2] if negated else select.operands[1]
+    if not reader.equals_offset(inside, block):
+        return None
+    return inside, (0, block.size - 1)
+
+
+@dataclass
+class _Nodes:
+    """A graph as far as an IndexReader looks: its nodes."""
+
+    nodes: dict[int, Node]
+
+
 def array_plus_block(
     reader: IndexReader, ranges: dict[int, tuple[float, float]], node_id: int
 ) -> tuple[int, int, int, int] | None:

@@ -19,6 +19,7 @@ and a test is folded only when every value in the ranges decides it the same way
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from .ir import ROW_MAJOR_VIEWS, Graph, Node
 
@@ -30,9 +31,15 @@ _UNARY_SAME = {"broadcast", "reshape", "merge", "split", "transpose", "slice", "
 _MOVES = {"all_gather", "collective_permute", "all_to_all"}
 
 
-def fold_int_ranges(graph: Graph) -> dict[int, Range]:
+# (select node, the nodes so far) -> the range its guarded branch is known to keep, if any
+GuardedRange = Callable[[Node, dict[int, Node]], "Range | None"]
+
+
+def fold_int_ranges(graph: Graph, guarded: GuardedRange | None = None) -> dict[int, Range]:
     """Record assumed input ranges, then fold tests and clamps that the ranges decide.
-    Returns the ranges of the integer nodes that have one narrower than their dtype's."""
+    Returns the ranges of the integer nodes that have one narrower than their dtype's.
+    `guarded` reads a select that keeps an index inside a block (index_forms.py): where it
+    takes that branch, the branch lies in the block."""
     assumed = lookup_index_inputs(graph)
     for node_id, (lo, hi) in assumed.items():
         graph.nodes[node_id].attrs["assumed_range"] = (lo, hi)
@@ -55,6 +62,8 @@ def fold_int_ranges(graph: Graph) -> dict[int, Range]:
             continue
         nodes[node.id] = node
         value = _range(node, nodes, ranges, truth, graph.num_partitions)
+        if value is not None and node.op == "select" and guarded is not None:
+            value = _narrowed(node, value, guarded(node, nodes), ranges, nodes)
         if value is not None and is_int_dtype(node.dtype) and _fits(value, node.dtype):
             ranges[node.id] = value
         known = _truth(node, nodes, truth)
@@ -261,6 +270,16 @@ def _range(
     if None in got or not got:
         return None
     return _arithmetic(op, got)
+
+
+def _narrowed(node: Node, value: Range, inside: tuple[int, Range] | None, ranges, nodes) -> Range:
+    """A select's range when one branch is only taken where it lies in a known range."""
+    if inside is None:
+        return value
+    branch, (lo, hi) = inside
+    other = node.operands[2] if branch == node.operands[1] else node.operands[1]
+    got = ranges.get(other) or _dtype_bounds(nodes[other].dtype)
+    return (max(value[0], min(lo, got[0])), min(value[1], max(hi, got[1])))
 
 
 def _arithmetic(op: str, got: list[Range]) -> Range | None:

@@ -4,9 +4,9 @@ A training step's constants come out of autograd in whatever order its formulas 
 gradient of `x.sum() / n` divides the scalar seed by n and then broadcasts it, the gradient
 of `x.mean()` broadcasts the seed and then divides. Both are the same fill, and once both
 are folded to it they are the same term; the rules never see the arithmetic. Only exact
-arithmetic is folded (add, sub, mul, div, neg, max, min and casts of fills, and sums, maxima
-and minima over a fill), in the simulator's number representation, so a folded literal is
-the value both programs compute.
+arithmetic is folded (add, sub, mul, div, neg, max, min and casts of fills, sums, maxima
+and minima over a fill, and a pad of nothing), in the simulator's number representation, so
+a folded literal is the value both programs compute.
 """
 
 from __future__ import annotations
@@ -105,6 +105,9 @@ def folded_literal(node: Node, nodes: dict[int, Node]) -> str | None:
         return None
     if node.op == "reduce":
         return _reduced_fill(node, nodes)
+    if node.op == "pad" and 0 in nodes[node.operands[0]].shape:
+        # all padding: the gradient of a slice that took nothing (RoPE on no dims)
+        return fill_value(nodes[node.operands[1]], nodes)
     if node.op not in FOLDED:
         return None
     texts = [fill_value(nodes[o], nodes) for o in node.operands]

@@ -23,6 +23,10 @@ guarded so it stays in range. Two exact rewrites bring both to the same terms:
   the mask is the block's, `one_hot[c](guarded local index)^T (g * in_block)` is the
   device's slice of `one_hot(i)^T g`: inside the block the guarded index is the local one,
   outside the mask makes the row 0 and the block's one-hot has no entry for it.
+- *An entry read, changed and written back is a change added.* `x[rows, k] -= w` (Megatron's
+  vocab-parallel cross-entropy backward) is `select(one_hot_d(k), take_along_d(x, k) - w, x)`:
+  at k it is `x - w`, elsewhere `x`, so it is `x - select(one_hot_d(k), w, 0)` (likewise
+  for `+=`). The change alone is then the one-hot of a guarded index the rules above read.
 """
 
 from __future__ import annotations
@@ -41,10 +45,23 @@ def fold_one_hot_sums(graph: Graph, ranges: Ranges, one_hot_nodes, block_one_hot
     index is a block-local one); `block_one_hot(node, whole, coord, n, dim, size, next_id)`
     the device's slice of the whole one-hot."""
     reader = IndexReader(graph)
+    one_hots = (one_hot_nodes, block_one_hot)
 
     def rewrite(node: Node, next_id: int) -> list[Node]:
         if node.op == "select":
-            return _unguarded(node, graph, reader, one_hot_nodes, next_id)
+            changed = _read_modify_write(node, graph, next_id)
+            if not changed:
+                return _unguarded(node, graph, reader, ranges, one_hots, next_id)
+            *made, change, applied = changed
+            for new in made:  # visible to the guard's reading of the change
+                graph.nodes[new.id] = new
+            # the guard's reading takes the change's place (and its id onwards)
+            guarded = _unguarded(change, graph, reader, ranges, one_hots, change.id)
+            if not guarded:
+                return changed
+            applied.operands = (applied.operands[0], guarded[-1].id)
+            applied.id = guarded[-1].id + 1
+            return [*made, *guarded, applied]
         if node.op == "sub":
             return _log_softmax_of_one_hot_gradient(node, graph, ranges, next_id)
         if node.op == "dot":
@@ -127,16 +144,101 @@ def _broadcast_along(node: Node, dim: int, nodes: dict[int, Node]) -> int | None
     return node.operands[0] if added == [dim] else None
 
 
+# ---- an entry read, changed and written back
+
+
+def _read_modify_write(node: Node, graph: Graph, next_id: int) -> list[Node]:
+    """`z op select(one_hot_d(k), broadcast(w), 0)` for `select(one_hot_d(k),
+    broadcast(take_along_d(z, k) op w), z)`, op `add` or `sub`; the last two nodes made are
+    the select and the op. [] where the written value is not z's entry at k changed."""
+    nodes = graph.nodes
+    hot_id, written, z = node.operands
+    hot = nodes[hot_id]
+    if hot.op != "one_hot":
+        return []
+    dim = int(hot.attrs["dim"])
+    value = _broadcast_along(nodes[written], dim, nodes)
+    change = nodes[value] if value is not None else None
+    if change is None or change.op not in ("add", "sub"):
+        return []
+    orders = [change.operands] + ([change.operands[::-1]] if change.op == "add" else [])
+    for read, amount in orders:
+        if not _reads_entry_at(read, z, hot.operands[0], dim, nodes):
+            continue
+        new = NewNodes(node, next_id)
+        shape, dtype = node.shape, node.dtype
+        zero = new.add("constant", (), (), dtype, {"value": "0"})
+        zeros = new.add("broadcast", (zero,), shape, dtype, {"dims": ()})
+        if (literal := fill_value(nodes[amount], nodes)) is not None:  # one fill, not two
+            amount, attrs = new.add("constant", (), (), dtype, {"value": literal}), {"dims": ()}
+        else:
+            attrs = dict(nodes[written].attrs)
+        spread = new.add("broadcast", (amount,), shape, dtype, attrs)
+        new.add("select", (hot_id, spread, zeros), shape, dtype, {})
+        new.add(change.op, (z, new.nodes[-1].id), shape, dtype, {})
+        new.nodes[-1].name = node.name
+        return new.nodes
+    return []
+
+
+def _reads_entry_at(read: int, z: int, index: int, dim: int, nodes) -> bool:
+    """Whether `read` is `take_along_d(z, k)` with its unit dim d dropped, k = `index`."""
+    take = nodes[_without_unit_views(read, nodes)]
+    if take.op != "take_along" or int(take.attrs.get("dim", -1)) != dim:
+        return False
+    source, at = take.operands
+    if source != z or take.shape[dim] != 1 or nodes[at].shape != take.shape:
+        return False
+    kept = tuple(n for d, n in enumerate(take.shape) if d != dim)
+    return kept == nodes[index].shape and _same_value(at, index, nodes)
+
+
+def _without_unit_views(node_id: int, nodes) -> int:
+    """The value under views that only add or drop dims of size 1."""
+    while (node := nodes[node_id]).op in ROW_MAJOR_VIEWS and node.operands:
+        source = nodes[node.operands[0]]
+        if [n for n in node.shape if n != 1] != [n for n in source.shape if n != 1]:
+            break
+        node_id = source.id
+    return node_id
+
+
+def _same_value(a: int, b: int, nodes) -> bool:
+    """Two nodes that hold the same array up to unit dims: row-major views of one value
+    (a view is fixed by its shape), or the same transpose or cast of such (the frontends
+    make a view again where the program reuses one)."""
+    if [n for n in nodes[a].shape if n != 1] != [n for n in nodes[b].shape if n != 1]:
+        return False
+    a, b = _view_source(a, nodes), _view_source(b, nodes)
+    if a == b:
+        return True
+    x, y = nodes[a], nodes[b]
+    if x.op != y.op or x.op not in ("transpose", "convert") or x.attrs != y.attrs:
+        return False
+    return x.shape == y.shape and _same_value(x.operands[0], y.operands[0], nodes)
+
+
+def _view_source(node_id: int, nodes) -> int:
+    while (node := nodes[node_id]).op in ROW_MAJOR_VIEWS and node.operands:
+        node_id = node.operands[0]
+    return node_id
+
+
 # ---- a guarded index where the value does not depend on it
 
 
-def _unguarded(node: Node, graph: Graph, reader: IndexReader, one_hot_nodes, next_id: int):
+def _unguarded(
+    node: Node, graph: Graph, reader: IndexReader, ranges: Ranges, one_hots, next_id: int
+):
     nodes = graph.nodes
     hot_id, kept, other = node.operands
     hot = nodes[hot_id]
     if hot.op != "one_hot" or fill_value(nodes[other], nodes) is None:
         return []
-    guard = nodes[hot.operands[0]]
+    views, guard = [], nodes[hot.operands[0]]
+    while guard.op in ROW_MAJOR_VIEWS:  # the guarded index merged into the one-hot's rows
+        views.append(guard)
+        guard = nodes[guard.operands[0]]
     if guard.op != "select":
         return []
     test, first, second = guard.operands
@@ -153,8 +255,20 @@ def _unguarded(node: Node, graph: Graph, reader: IndexReader, one_hot_nodes, nex
     inside = _value_assuming(kept, test, not outside_when, graph)
     if outside is None or inside is None or float(outside) != float(zero):
         return []
+    one_hot_nodes, block_one_hot = one_hots
     new = NewNodes(node, next_id)
-    made = one_hot_nodes(hot, local, int(hot.attrs["dim"]), block.size, new.next_id)
+    dim = int(hot.attrs["dim"])
+    if views:  # the whole index viewed as the guarded one was: the block's one-hot of it
+        lo, hi = ranges.get(block.coord, (None, None))
+        if lo != 0 or hi is None or hi == float("inf"):
+            return []
+        whole, dtype = block.index, nodes[block.index].dtype
+        for view in reversed(views):
+            whole = new.add(view.op, (whole,), view.shape, dtype, dict(view.attrs))
+        at = new.next_id + len(new.nodes)
+        made = block_one_hot(hot, whole, block.coord, int(hi) + 1, dim, block.size, at)
+    else:
+        made = one_hot_nodes(hot, local, dim, block.size, new.next_id)
     new.nodes.extend(made)
     shape, dtype = node.shape, node.dtype
     const = new.add("constant", (), (), dtype, {"value": inside})
