@@ -1,93 +1,59 @@
-"""A batched product over a merged dim is the product over the two dims, merged after.
+"""Batch and heads merged into one dim, read as the two dims they are.
 
 Megatron's attention folds batch and heads into one dim before its `baddbmm` and `bmm`
-(`[sq, b, np, hn] -> [sq, b * np, hn]`) and splits them apart after. With the heads split
-over tensor-parallel devices the merged dim is no block of the baseline's (each device holds
-a block of heads inside every batch row), so no layout relates the two products; the heads
-and the batch, kept apart, are related as usual. Each dot whose batch dim is a merge on both
-sides (through a transpose, if one comes between) gets an equal form: the dot over the
-unmerged operands with that batch dim as two, merged after. The split that follows it then
-meets the merge (`split(merge(x)) == x`) and the product is the per-head one.
-
-Autograd's backward of that attention goes further on the merged dim before splitting it:
-the products' gradients are scaled, transposed, summed over other dims and broadcast back
-while batch and heads are still one dim. Every such op commutes with the merge (an
-elementwise op applies entry by entry, a transpose moves the merged dim as a whole, a
-reduction or broadcast over other dims leaves it alone), so the region between a merge and
-the split that undoes it is read on the two dims too: each op gets its unmerged twin, and
-a view back to the twin's shape is equal to the twin (`split(op(merge(x))) == op'(x)`: a
-row-major view is fixed by its shape). Only the twins that reach such a view are kept.
+(`[sq, b, np, hn] -> [sq, b * np, hn]`) and splits them apart after; autograd's backward of
+it goes further on the merged dim before splitting it (the products' gradients scaled,
+transposed, summed over other dims, broadcast back). With the heads split over
+tensor-parallel devices the merged dim is no block of the baseline's (each device holds a
+block of heads inside every batch row), so no layout relates those values. Every op on the
+way commutes with the merge: a batched product whose batch dim is a merge on both sides is
+the product over the two dims, merged after; an elementwise op applies entry by entry; a
+transpose moves the merged dim as a whole; a reduction or broadcast over other dims leaves
+it alone. So the region between a merge and the view that undoes it is read on the two
+dims: each op gets its unmerged twin, and a view back to the twin's shape is equal to the
+twin (`split(op(merge(x))) == op'(x)`: a row-major view is fixed by its shape). A dim
+merged twice, `(b g) r` (grouped-query attention's KV heads repeated), is also read as
+`b (g r)`, the pair the queries' merge makes. Only the twins that reach such a view are
+kept.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 
 from .ir import ROW_MAJOR_VIEWS, Graph, NewNodes, Node, place_after
 from .ops import ELEMENTWISE
 
-
-def add_unmerged_batch_forms(graph: Graph, viewed: Viewer) -> None:
-    next_id = max(graph.nodes, default=-1) + 1
-    placed: dict[int, list[int]] = {}
-    has_form = {a for a, b in graph.equalities if graph.nodes[b].op == "merge"}
-    forms = _equal_forms(graph)
-    for node in list(graph.nodes.values()):
-        if node.op != "dot" or len(node.operands) != 2 or node.id in has_form:
-            continue  # (a graph canonicalised again keeps its forms)
-        made = NewNodes(node, next_id)
-        for form in _unmerged(graph, node, made, forms):
-            graph.equalities.append((node.id, form))
-        if made.nodes:
-            for new in made.nodes:
-                graph.nodes[new.id] = new
-            next_id += len(made.nodes)
-            placed[node.id] = [n.id for n in made.nodes]
-    place_after(graph, placed)
-    add_split_region_forms(graph, viewed)
-
-
-# ---- regions between a merge and its split
-
-
 Reading = tuple[int, int, int]  # (merged dim p, inner size, the unmerged twin's id)
 MAX_READINGS = 4  # of one node
-
 
 # (a node to stand beside, the value, the shape, the next free id) -> the view's steps
 Viewer = Callable[[Node, Node, tuple[int, ...], int], list[Node]]
 
 
-def add_split_region_forms(graph: Graph, viewed: Viewer) -> None:
+def add_unmerged_batch_forms(graph: Graph, viewed: Viewer) -> None:
     """For each view of a merged dim back into its two, an equality with the unmerged twin
-    of what it views (the module doc). A view is fixed by its shape: one to the twin's shape
-    is the twin, and one that differs from it only in unit dims (a head dim of one entry put
-    back beside another dim than the merge took it from) is the twin so viewed."""
+    of what it views. A view to the twin's shape is the twin; one that differs from it only
+    in unit dims (a head dim of one entry put back beside another dim than the merge took
+    it from) is the twin so viewed."""
+    done = {a for a, b in graph.equalities if graph.nodes[b].name.endswith(_SUFFIXES)}
     region = _MergedRegion(graph)
     exits: list[tuple[int, int]] = []
     for node in list(graph.nodes.values()):
         region.read(node)
-        if node.op not in ROW_MAJOR_VIEWS or node.operands[0] not in region.readings:
-            continue
-        for _, _, twin in region.readings[node.operands[0]]:
-            shape = region.node(twin).shape
-            if shape == node.shape:
-                exits.append((node.id, twin))
-                break
-            if _without_units(shape) != _without_units(node.shape):
-                continue
-            if shape.count(1) == node.shape.count(1):
-                # the unit dims moved to where the view has them: a transpose, which keeps
-                # a head dim of one entry (sharded in the baseline) a dim of its own
-                exits.append((node.id, region.unit_dims_moved(node, twin)))
-                break
-            steps = viewed(node, region.node(twin), node.shape, region.next_id)
-            if steps[-1].op in ROW_MAJOR_VIEWS:
-                region.add_steps(steps, node.id)
-                exits.append((node.id, steps[-1].id))
-                break
+        if node.op not in ROW_MAJOR_VIEWS or node.id in done:
+            continue  # (a graph canonicalised again keeps its forms)
+        for _, _, twin in region.readings.get(node.operands[0], ()):
+            # every reading: which of them the other program's meets is the proof's to find
+            form = region.viewed_as(node, twin, viewed)
+            if form is not None:
+                exits.append((node.id, form))
     region.place([twin for _, twin in exits if twin in region.made])
     graph.equalities.extend(exits)
+
+
+_SUFFIXES = (".unmerged", ".viewed")
 
 
 def _without_units(shape) -> list[int]:
@@ -115,6 +81,7 @@ class _MergedRegion:
         found: list[Reading] = []
         if node.op == "merge":
             found = [(p, inner, source) for p, source, inner in _as_merges(self.graph, node)]
+            found += self._merged_again(node)
         elif node.op == "transpose" and node.operands[0] in self.readings:
             found = [self._transposed(node, r) for r in self.readings[node.operands[0]]]
         elif node.op in ELEMENTWISE and any(o in self.readings for o in node.operands):
@@ -124,6 +91,8 @@ class _MergedRegion:
             found = [r for r in reduced if r is not None]
         elif node.op == "broadcast" and node.operands[0] in self.readings:
             found = [self._broadcast(node, r) for r in self.readings[node.operands[0]]]
+        elif node.op == "dot" and all(o in self.readings for o in node.operands):
+            found = self._product(node)
         if not found:
             return
         for i in (node.id, *self.equal_to.get(node.id, ())):  # a product's merged form
@@ -140,18 +109,73 @@ class _MergedRegion:
         self.next_id += 1
         return twin
 
-    def unit_dims_moved(self, view: Node, twin: int) -> int:
+    def viewed_as(self, view: Node, twin: int, viewed: Viewer) -> int | None:
+        """The twin as `view` has it: itself, its unit dims moved, or viewed; None when the
+        two shapes differ in more than unit dims."""
+        shape = self.node(twin).shape
+        if shape == view.shape:
+            return twin
+        if _without_units(shape) != _without_units(view.shape):
+            return None
+        if shape.count(1) == view.shape.count(1):
+            # the unit dims moved to where the view has them: a transpose, which keeps a
+            # head dim of one entry (sharded in the baseline) a dim of its own
+            return self._unit_dims_moved(view, twin)
+        steps = viewed(view, self.node(twin), view.shape, self.next_id)
+        if steps[-1].op not in ROW_MAJOR_VIEWS:
+            return None
+        for step in steps:
+            self.made[step.id] = step
+            self.after[step.id] = view.id
+        self.next_id = max(self.next_id, steps[-1].id + 1)
+        return steps[-1].id
+
+    def _unit_dims_moved(self, view: Node, twin: int) -> int:
         shape = self.node(twin).shape
         units = iter(d for d, n in enumerate(shape) if n == 1)
         others = iter(d for d, n in enumerate(shape) if n != 1)
         perm = tuple(next(units) if n == 1 else next(others) for n in view.shape)
         return self._add(view, "transpose", (twin,), view.shape, {"perm": perm})
 
-    def add_steps(self, steps: list[Node], beside: int) -> None:
-        for step in steps:
-            self.made[step.id] = step
-            self.after[step.id] = beside
-        self.next_id = max(self.next_id, steps[-1].id + 1)
+    def _product(self, dot: Node) -> list[Reading]:
+        """The product over the twins of its operands, for the first batch dim both read as
+        a merge of the same inner size (of at most MAX_READINGS pairings)."""
+        a = dot.attrs
+        lhs_batch, rhs_batch = tuple(a.get("lhs_batch", ())), tuple(a.get("rhs_batch", ()))
+        lhs, rhs = (self.readings[o] for o in dot.operands)
+        for k, (bl, br) in enumerate(zip(lhs_batch, rhs_batch, strict=True)):
+            pairs = [
+                (inner, left, right)
+                for p, inner, left in lhs
+                for q, other, right in rhs
+                if (p, q) == (bl, br) and inner == other
+            ]
+            found = []
+            for inner, left, right in pairs[:MAX_READINGS]:
+                attrs = dict(a)
+                for key, at in (("lhs_batch", bl), ("lhs_contracting", bl), ("rhs_batch", br)):
+                    attrs[key] = _widened(tuple(a.get(key, ())), at)
+                attrs["rhs_contracting"] = _widened(tuple(a.get("rhs_contracting", ())), br)
+                shape = _unmerged_shape(dot.shape, k, inner)
+                found.append((k, inner, self._add(dot, "dot", (left, right), shape, attrs)))
+            if found:
+                return found
+        return []
+
+    def _merged_again(self, node: Node) -> list[Reading]:
+        """`merge(x)` over a dim that is itself a merge, `(b g) r` (grouped-query attention's
+        KV heads repeated, then merged with the batch): also read as `b (g r)`, the pair the
+        queries' merge of batch and heads makes."""
+        p, inner = int(node.attrs["dim"]), int(node.attrs["inner"])
+        found = []
+        for q, outer_inner, twin in self.readings.get(node.operands[0], ()):
+            if q == p:
+                shape = _unmerged_shape(node.shape, p, outer_inner * inner)
+                attrs = {"dim": p + 1, "inner": inner}
+                found.append(
+                    (p, outer_inner * inner, self._add(node, "merge", (twin,), shape, attrs))
+                )
+        return found
 
     def _transposed(self, node: Node, reading: Reading) -> Reading:
         p, inner, source = reading
@@ -164,29 +188,29 @@ class _MergedRegion:
         return q, inner, self._add(node, "transpose", (source,), shape, {"perm": tuple(expanded)})
 
     def _elementwise(self, node: Node) -> list[Reading]:
-        """The op over the twins at one merged dim (the first reading of each operand that
-        has it), its broadcast operands re-aimed; none where an operand has neither."""
-        keys = [(p, inner) for p, inner, _ in self.readings.get(node.operands[0], ())]
-        keys += [(p, k) for o in node.operands for p, k, _ in self.readings.get(o, ())]
+        """The op over its operands' twins at one merged dim (each operand's readings at it,
+        or a broadcast operand re-aimed), for the first dim all operands have; at most
+        MAX_READINGS combinations."""
+        keys = [(p, k) for o in node.operands for p, k, _ in self.readings.get(o, ())]
         for p, inner in dict.fromkeys(keys):
             shape = _unmerged_shape(node.shape, p, inner)
-            operands = [self._operand_at(node, o, p, inner, shape) for o in node.operands]
-            if None not in operands:
-                return [(p, inner, self._add(node, node.op, operands, shape, dict(node.attrs)))]
+            choices = [self._operands_at(node, o, p, inner, shape) for o in node.operands]
+            if all(choices):
+                combos = itertools.islice(itertools.product(*choices), MAX_READINGS)
+                attrs = dict(node.attrs)
+                return [(p, inner, self._add(node, node.op, c, shape, attrs)) for c in combos]
         return []
 
-    def _operand_at(self, like: Node, o: int, p: int, inner: int, shape) -> int | None:
-        for q, k, twin in self.readings.get(o, ()):
-            if (q, k) == (p, inner):
-                return twin
+    def _operands_at(self, like: Node, o: int, p: int, inner: int, shape) -> list[int]:
+        twins = [twin for q, k, twin in self.readings.get(o, ()) if (q, k) == (p, inner)]
         operand = self.node(o)
-        if operand.op != "broadcast":
-            return None
+        if twins or operand.op != "broadcast":
+            return twins
         dims = tuple(operand.attrs["dims"])
         if p in dims:
-            return None  # the broadcast operand has the merged dim itself
+            return []  # the broadcast operand has the merged dim itself
         moved = tuple(d + 1 if d > p else d for d in dims)
-        return self._add(like, "broadcast", operand.operands, shape, {"dims": moved})
+        return [self._add(like, "broadcast", operand.operands, shape, {"dims": moved})]
 
     def _reduced(self, node: Node, reading: Reading) -> Reading | None:
         p, inner, source = reading
@@ -231,49 +255,6 @@ def _unmerged_shape(shape, p: int, inner: int) -> tuple[int, ...]:
     return (*shape[:p], shape[p] // inner, inner, *shape[p + 1 :])
 
 
-# Readings of one operand pair tried at most: an operand has its own reading and those of
-# its equal forms (a reshape read merging from either end).
-MAX_PAIRINGS = 4
-
-
-def _unmerged(graph: Graph, dot: Node, made: NewNodes, forms) -> list[int]:
-    """The ids of `merge(dot(unmerged operands))` equal to `dot`, built in `made`: one per
-    pairing of the two operands' readings of their first batch dim that both read as a
-    merge of the same inner size."""
-    a = dot.attrs
-    lhs_batch, rhs_batch = tuple(a.get("lhs_batch", ())), tuple(a.get("rhs_batch", ()))
-    sides = [_peeled_forms(graph, graph.node(o), forms) for o in dot.operands]
-    for k, (bl, br) in enumerate(zip(lhs_batch, rhs_batch, strict=True)):
-        pairs = [
-            (left, right)
-            for left in sides[0].get(bl, ())
-            for right in sides[1].get(br, ())
-            if left[1] == right[1]
-        ][:MAX_PAIRINGS]
-        built = [_built(graph, dot, made, k, bl, br, left, right) for left, right in pairs]
-        if built:
-            return built
-    return []
-
-
-def _built(graph: Graph, dot: Node, made: NewNodes, k: int, bl: int, br: int, left, right) -> int:
-    a = dot.attrs
-    (lhs, inner), (rhs, _) = left, right
-    lhs_id = _viewed(graph, made, graph.node(dot.operands[0]), lhs)
-    rhs_id = _viewed(graph, made, graph.node(dot.operands[1]), rhs)
-    attrs = dict(a)
-    for key, at in (("lhs_batch", bl), ("lhs_contracting", bl), ("rhs_batch", br)):
-        attrs[key] = _widened(tuple(a.get(key, ())), at)
-    attrs["rhs_contracting"] = _widened(tuple(a.get("rhs_contracting", ())), br)
-    shape = dot.shape[:k] + (dot.shape[k] // inner, inner) + dot.shape[k + 1 :]
-    product = made.add("dot", (lhs_id, rhs_id), shape, dot.dtype, attrs)
-    if inner == 1 and k + 2 < len(shape):  # the unit dim goes as the outer part of the next,
-        # the way a later view that puts it back (a split at k + 1) takes it out
-        merged = {"dim": k + 1, "inner": shape[k + 2]}
-        return made.add("merge", (product,), dot.shape, dot.dtype, merged)
-    return made.add("merge", (product,), dot.shape, dot.dtype, {"dim": k, "inner": inner})
-
-
 def _widened(dims: tuple[int, ...], at: int) -> tuple[int, ...]:
     """Dims of an operand whose dim `at` became two (at, at + 1): `at` itself, if listed,
     becomes both."""
@@ -286,45 +267,6 @@ def _widened(dims: tuple[int, ...], at: int) -> tuple[int, ...]:
     return tuple(result)
 
 
-def _peeled_forms(graph: Graph, operand: Node, forms) -> dict[int, list[tuple[tuple, int]]]:
-    """`_peel` of the operand and of its equal forms (a reshape's finest reading is a merge
-    where its first reading ends in a split): each batch-able dim -> its readings."""
-    found: dict[int, list[tuple[tuple, int]]] = {}
-    for candidate in [operand.id, *forms.get(operand.id, ())]:
-        for dim, peeled in _peel(graph, graph.node(candidate), forms):
-            if peeled not in found.setdefault(dim, []):
-                found[dim].append(peeled)
-    return found
-
-
-def _equal_forms(graph: Graph) -> dict[int, list[int]]:
-    forms: dict[int, list[int]] = {}
-    for a, b in graph.equalities:
-        forms.setdefault(a, []).append(b)
-        forms.setdefault(b, []).append(a)
-    return forms
-
-
-def _peel(graph: Graph, operand: Node, forms) -> list[tuple[int, tuple[tuple, int]]]:
-    """For each reading of the operand as a merge (the operand a merge, or a transpose of a
-    merge or of a merge's equal form): (the operand's merged dim, ((the merge's source, the
-    transpose's permutation of the source's dims or None), the inner size))."""
-    if operand.op == "merge":
-        return [(p, ((source, None), inner)) for p, source, inner in _as_merges(graph, operand)]
-    if operand.op != "transpose":
-        return []
-    perm = tuple(operand.attrs["perm"])
-    inner_id = operand.operands[0]
-    readings = []
-    for candidate in [inner_id, *forms.get(inner_id, ())]:
-        for p, source, inner in _as_merges(graph, graph.node(candidate)):
-            expanded: list[int] = []
-            for d in perm:  # the source's dims in the transposed order, the pair together
-                expanded += [p, p + 1] if d == p else [d + 1 if d > p else d]
-            readings.append((perm.index(p), ((source, tuple(expanded)), inner)))
-    return readings
-
-
 def _as_merges(graph: Graph, node: Node) -> list[tuple[int, int, int]]:
     """The node read as `merge(source, p, inner)`: (p, source, inner) for each reading."""
     if node.op != "merge":
@@ -335,12 +277,3 @@ def _as_merges(graph: Graph, node: Node) -> list[tuple[int, int, int]]:
         # a unit dim dropped (one head per device): the dim before it merged with it
         readings.append((p - 1, source, 1))
     return readings
-
-
-def _viewed(graph: Graph, made: NewNodes, operand: Node, peeled: tuple) -> int:
-    """The unmerged operand: the merge's source, transposed as the operand was."""
-    source, perm = peeled
-    if perm is None:
-        return source
-    shape = tuple(graph.node(source).shape[d] for d in perm)
-    return made.add("transpose", (source,), shape, operand.dtype, {"perm": perm})

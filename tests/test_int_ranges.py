@@ -87,3 +87,46 @@ def test_an_index_under_a_transpose_and_a_start_of_zero_is_assumed_in_range():
     graph = canonicalize(graph_from_fx(gm, "<memory>"))
     ranges = {graph.input_name(i): graph.node(i).attrs.get("assumed_range") for i in graph.inputs}
     assert list(ranges.values()) == [None, (0, 15)], ranges
+
+
+GUARDED = """  i = s32[4] parameter(0)
+  r = s32[] partition-id()
+  one = s32[] constant(1)
+  two = s32[] constant(2)
+  q = s32[] divide(r, one)
+  c = s32[] remainder(q, two)
+  size = s32[] constant(8)
+  start = s32[] multiply(c, size)
+  starts = s32[4] broadcast(start), dimensions={}
+  end = s32[] add(start, size)
+  ends = s32[4] broadcast(end), dimensions={}
+  below = pred[4] compare(i, starts), direction=LT
+  above = pred[4] compare(i, ends), direction=GE
+  outside = pred[4] or(below, above)
+  local = s32[4] subtract(i, starts)
+  z = s32[] constant(0)
+  zero = s32[4] broadcast(z), dimensions={}
+  guarded = s32[4] select(outside, zero, local)
+  seven = s32[] constant(7)
+  last = s32[4] broadcast(seven), dimensions={}
+  ROOT t = pred[4] compare(guarded, last), direction=LE"""
+
+
+def test_a_guarded_local_index_lies_in_its_block():
+    """`select(i outside block r, 0, i - 8r)` is in [0, 8) wherever it is taken (Megatron's
+    vocab-parallel embedding guards its local index so): `<= 7` holds everywhere."""
+    graph = load(GUARDED)
+    out = output(graph)
+    assert out.op == "broadcast", out
+    assert graph.node(out.operands[0]).attrs["value"] == "true"
+
+
+def test_a_guard_that_is_not_the_blocks_decides_nothing():
+    """The branch taken is `i - 8r + 1`, which reaches 8 inside the block: the test stays."""
+    body = GUARDED.replace(
+        "  guarded = s32[4] select(outside, zero, local)",
+        "  ones = s32[4] broadcast(one), dimensions={}\n"
+        "  shifted = s32[4] add(local, ones)\n"
+        "  guarded = s32[4] select(outside, zero, shifted)",
+    )
+    assert output(load(body)).op == "compare"

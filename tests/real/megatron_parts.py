@@ -218,6 +218,11 @@ def _gpt(tp: int, args):
         max_sequence_length=SEQ,
         position_embedding_type="rope",
     )
+    if args.bug == "qkv_grad_not_reduced" and tp > 1:
+        # the first layer's QKV projection built as if another module reduced its input's
+        # gradient (`disable_grad_reduce`): the forward is unchanged, the backward is not
+        qkv = model.decoder.layers[0].self_attention.linear_qkv
+        qkv.disable_grad_reduce, qkv.allreduce_dgrad = True, False
     mask = torch.triu(torch.ones(SEQ, SEQ), diagonal=1).bool()[None, None]
     positions = torch.arange(SEQ)[None].expand(BATCH, SEQ)
     tokens = torch.randint(0, VOCAB, (BATCH, SEQ), generator=torch.Generator().manual_seed(1))

@@ -2,8 +2,9 @@
 `VocabParallelEmbedding`, a whole `TransformerLayer`) on the CPU with a fake process group:
 each built at tensor-parallel size 1 (the baseline) and N and traced as it runs
 (`megatron_parts.py`), proved equivalent with and without sequence parallelism and with
-their backward; a row-parallel projection built as an expert's (its reduction left to a
-dispatcher that is not there) is caught, in the MLP and in the layer's attention."""
+their backward, up to `GPTModel`'s whole training step; a row-parallel projection built as
+an expert's (its reduction left to a dispatcher that is not there) is caught, in the MLP and
+in the layer's attention, and so is a QKV projection whose input gradient is not reduced."""
 
 from __future__ import annotations
 
@@ -104,3 +105,40 @@ def test_a_layer_whose_attention_projection_skips_its_all_reduce_is_caught(tmp_p
     first = report["suspects"][0]
     assert "all-reduce over tp missing" in first["reason"], first["reason"]
     assert first["file"].endswith("transformer_layer.py"), first
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        ["--tp", "2"],
+        # one head per device: the head dim of one entry comes back beside another dim
+        ["--tp", "4"],
+        # grouped-query attention: the KV heads repeated, `(b g) r` read as `b (g r)`
+        ["--tp", "2", "--heads", "8", "--query-groups", "2"],
+        ["--tp", "4", "--heads", "8", "--query-groups", "4"],
+    ],
+    ids=["tp2", "tp4_one_head", "tp2_gqa", "tp4_gqa"],
+)
+def test_a_gpt_training_step_is_proved(tmp_path, options):
+    """GPTModel's loss and every weight's gradient from autograd: the vocab-parallel
+    cross-entropy's backward (`grad_2d[rows, target] -= 1 - mask`), the attention's backward
+    over batch and heads merged, the vocab-parallel embedding's backward (its guarded local
+    index), each gradient in its weight's layout."""
+    report = _verify(tmp_path, "--part", "gpt", "--loss", "--grad", *options)
+    assert report["verdict"] == "equivalent", report["suspects"][:2]
+    assert len(report["outputs"]) == 29  # the loss, and the gradients of 28 weights
+
+
+def test_a_qkv_projection_whose_input_gradient_is_not_reduced_is_caught(tmp_path):
+    """The first layer's QKV projection built with `disable_grad_reduce` (its input's
+    gradient left for another module to reduce): the forward and the loss are unchanged;
+    the norm's gradients below it are partial sums over tp, and the report names the
+    projection's backward product in Megatron's `layers.py` as the unreduced sum."""
+    options = ["--part", "gpt", "--loss", "--grad", "--bug", "qkv_grad_not_reduced"]
+    report = _verify(tmp_path, *options)
+    assert report["verdict"] == "not_equivalent"
+    proven = [o["proven"] for o in report["outputs"]]
+    assert proven[0] == "replicate" and proven[2:4] == ["partial(sum, tp)"] * 2, proven
+    first = report["suspects"][0]
+    assert "all-reduce over tp missing" in first["reason"], first["reason"]
+    assert "tensor_parallel/layers.py" in first["reason"], first["reason"]
