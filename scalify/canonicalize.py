@@ -545,6 +545,9 @@ def _fold(graph: Graph) -> Graph:
             next_id += 1
             nodes[kept.id] = kept
             graph.equalities.append((node.id, kept.id))
+        if node.op == "broadcast" and node.operands:  # its operand as `add` left it (a
+            # broadcast of a broadcast is one broadcast of the inner operand)
+            operand = nodes.get(node.operands[0])
         if (
             node.id in nodes
             and node.id not in paired

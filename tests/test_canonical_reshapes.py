@@ -28,3 +28,21 @@ def test_an_empty_tensor_reshapes_without_steps():
     }
     graph = canonicalize(Graph("g", nodes, inputs=[0], outputs=[1]))
     assert graph.node(graph.outputs[0]).shape == (0, 2, 2)
+
+
+def test_a_broadcast_of_a_broadcast_keeps_its_squeezed_form_well_formed():
+    """A mask broadcast over KV heads, viewed with a unit dim and back, then over the query
+    heads of each (EasyDeL's attention mask): the two broadcasts compose into one, and the
+    form with the operand's unit dims squeezed first reads the composed operand's dims."""
+    nodes = {
+        0: Node(0, "parameter", (), (1, 16, 16), "pred", {"name": "m", "index": 0}, name="m"),
+        1: Node(1, "broadcast", (0,), (1, 2, 16, 16), "pred", {"dims": (0, 2, 3)}, name="b1"),
+        2: Node(2, "reshape", (1,), (1, 2, 1, 16, 16), "pred", {}, name="r1"),
+        3: Node(3, "reshape", (2,), (1, 2, 16, 16), "pred", {}, name="r2"),
+        4: Node(4, "broadcast", (3,), (1, 2, 2, 16, 16), "pred", {"dims": (0, 1, 3, 4)}),
+    }
+    graph = canonicalize(Graph("g", nodes, inputs=[0], outputs=[4]))
+    for node in graph.nodes.values():
+        if node.op == "broadcast":
+            operand = graph.node(node.operands[0])
+            assert len(node.attrs["dims"]) == len(operand.shape), (node, operand)
