@@ -516,27 +516,34 @@ def _fold(graph: Graph) -> Graph:
                 return
         nodes[node.id] = node
 
+    def broadcast_form(node: Node, operand: Node | None) -> Node | None:
+        """The node as a broadcast of `operand`, where it only inserts unit dims into it."""
+        dims = _unit_insertion(node, operand) if node.id not in paired else None
+        if dims is None or operand is None:
+            return None
+        return Node(
+            next_id,
+            "broadcast",
+            (operand.id,),
+            node.shape,
+            node.dtype,
+            {"dims": dims},
+            node.loc,
+            f"{node.name}.broadcast",
+            node.framework_op,
+        )
+
     for node in graph.nodes.values():
         operand = (
             nodes.get(alias.get(node.operands[0], node.operands[0])) if node.operands else None
         )
-        dims = _unit_insertion(node, operand) if node.id not in paired else None
-        kept = (
-            Node(  # the broadcast form, kept beside the reshape (see below)
-                next_id,
-                "broadcast",
-                (operand.id,),
-                node.shape,
-                node.dtype,
-                {"dims": dims},
-                node.loc,
-                f"{node.name}.broadcast",
-                node.framework_op,
-            )
-            if dims is not None
-            else None
-        )
+        kept = broadcast_form(node, operand)
         add(node)
+        if kept is None and node.id in nodes and node.op == "reshape":
+            # read again on the operand `add` left it (a reshape of a reshape is one
+            # reshape of the first one's operand, whose unit dims may be gone)
+            operand = nodes.get(node.operands[0])
+            kept = broadcast_form(node, operand)
         if kept is not None and node.id in nodes and len(node.shape) > len(operand.shape):
             # A new dim of size 1 is a view here, and a broadcast to a dim that is split
             # down to one entry per device (one head per device) in the other graph, or

@@ -12,6 +12,14 @@ device's rows are its block of the baseline's as any broadcast's are.
 
 A value that is not a fill or an arithmetic count along one dim (a causal mask) keeps the
 ops that compute it.
+
+A value computed from literals and the device's id alone (XLA splits that scan across the
+sequence devices: each counts its own positions from an offset it computes from
+partition-id) is evaluated on every device. Where it is the device-0 value plus `k` times
+the device's coordinate on one mesh axis (`c = (id / s) % n`, as `device_tables.py` reads
+tables), it is that: a count `iota(m)` offset by `m * c` is the device's block of the count
+over all n devices, `slice_at(iota(n * m), m * c)` (what `block_iotas.py` makes of the same
+sum written out). Other device-dependent values keep the ops that compute them.
 """
 
 from __future__ import annotations
@@ -39,12 +47,10 @@ def fold_literal_arrays(graph: Graph) -> None:
     replaced: dict[int, list[Node]] = {}
     next_id = max(graph.nodes, default=-1) + 1
     evaluable = {n.id for n in graph.nodes.values() if n.id in literal and _evaluable(n)}
+    per_device = _DeviceValues(graph, literal)
+    evaluable |= per_device.evaluable
     for node in graph.nodes.values():
         if node.id not in evaluable:
-            continue
-        try:
-            value = _value(graph, node, values)
-        except (NotSimulable, ValueError, TypeError, IndexError, KeyError):
             continue
         # the last integer values on their way: read by a float computation (a table
         # lookup at the positions) or by the parameters' side
@@ -53,7 +59,13 @@ def fold_literal_arrays(graph: Graph) -> None:
         )
         if node.op in _PLAIN or not read_outside:
             continue
-        form = _canonical_form(node, value, next_id)
+        try:
+            if node.id in per_device.evaluable:
+                form = per_device.form(node, next_id)
+            else:
+                form = _canonical_form(node, _value(graph, node, values), next_id)
+        except (NotSimulable, ValueError, TypeError, IndexError, KeyError):
+            continue
         if form is not None:
             next_id += len(form)
             replaced[node.id] = form
@@ -69,6 +81,94 @@ def _evaluable(node: Node) -> bool:
         and (is_int_dtype(node.dtype) or node.dtype == "pred")
         and int(np.prod(node.shape, dtype=np.int64)) <= MAX_ELEMENTS
     )
+
+
+class _DeviceValues:
+    """Values computed from literals and the device id (partition-id) alone, evaluated on
+    every device of the module, and their forms (the module's docstring)."""
+
+    def __init__(self, graph: Graph, literal: set[int]) -> None:
+        self.graph = graph
+        self.devices = graph.num_partitions or 0
+        self.ids = [
+            n.id
+            for n in graph.nodes.values()
+            if n.op == "rank_index" and n.attrs.get("kind") == "partition"
+        ]
+        self.evaluable: set[int] = set()
+        if not self.ids or not 2 <= self.devices <= MAX_DEVICES:
+            return
+        dependent = set(self.ids)
+        for node in graph.nodes.values():
+            if node.id in literal or node.id in dependent or node.op == "parameter":
+                continue
+            inputs = [o in literal or o in dependent for o in node.operands]
+            if node.operands and all(inputs) and any(o in dependent for o in node.operands):
+                dependent.add(node.id)
+        self.evaluable = {i for i in dependent - set(self.ids) if _evaluable(graph.node(i))}
+        self.values: list[dict[int, np.ndarray]] = [
+            {pid: np.asarray(device) for pid in self.ids} for device in range(self.devices)
+        ]
+
+    def form(self, node: Node, next_id: int) -> list[Node] | None:
+        if node.dtype == "pred" or not node.shape or node.op == "slice_at":
+            return None  # (a scalar offset is the coordinate arithmetic the rules read; a
+            # slice_at is this form already, in a graph canonicalised again)
+        per = [_value(self.graph, node, values) for values in self.values]
+        fit = _coordinate_fit(per, self.devices)
+        if fit is None:
+            return None
+        (stride, count), step = fit
+        at_zero = _canonical_form(node, per[0], next_id)
+        if at_zero is None:
+            return None
+        block = _count_block(at_zero, step)
+        if block is not None:  # iota(m) + m * c: the device's block of iota(n * m)
+            made = _Maker(node, next_id)
+            pid = self.graph.node(self.ids[0])
+            coord = made.add("div", (pid.id, made.scalar(stride, pid.dtype)), (), {}, pid.dtype)
+            coord = made.add("rem", (coord, made.scalar(count, pid.dtype)), (), {}, pid.dtype)
+            dim, m = block
+            whole = made.add("iota", (), (count * m,), {"dim": 0})
+            start = made.add("mul", (coord, made.scalar(m, pid.dtype)), (), {}, pid.dtype)
+            attrs = {"dim": 0, "size": m, "parts": count}
+            top = made.add("slice_at", (whole, start), (m,), attrs)
+            if node.shape == (m,):  # the block itself, not an identity broadcast of it
+                made.nodes[-1].id, made.nodes[-1].name = node.id, node.name
+            else:
+                made.last(top, (dim,))
+            return made.nodes
+        return None  # another device-dependent value keeps the ops that compute it
+
+
+# A module of more devices is not evaluated device by device.
+MAX_DEVICES = 64
+
+
+def _coordinate_fit(per: list[np.ndarray], devices: int) -> tuple[tuple[int, int], int] | None:
+    """((s, n), k) when the value on device i is `v0 + k * ((i / s) % n)`, k an integer."""
+    for stride in (s for s in range(1, devices + 1) if devices % s == 0):
+        for count in (n for n in range(2, devices // stride + 1) if devices % (stride * n) == 0):
+            step_array = per[stride].astype(np.int64) - per[0].astype(np.int64)
+            if step_array.size == 0 or not (step_array == step_array.flat[0]).all():
+                continue
+            step = int(step_array.flat[0])
+            if all(
+                np.array_equal(per[i].astype(np.int64), per[0] + step * ((i // stride) % count))
+                for i in range(devices)
+            ):
+                return (stride, count), step
+    return None
+
+
+def _count_block(at_zero: list[Node], step: int) -> tuple[int, int] | None:
+    """(dim, m) when the device-0 form is `iota(m)` broadcast along dim and the step is m."""
+    last = at_zero[-1]
+    top = next((n for n in at_zero if n.id == last.operands[0]), None) if last.operands else None
+    dims = tuple(last.attrs.get("dims", ()))
+    if top is None or top.op != "iota" or len(dims) != 1 or step != top.shape[0]:
+        return None
+    return dims[0], top.shape[0]
 
 
 def _value(graph: Graph, node: Node, values: dict[int, np.ndarray]) -> np.ndarray:
@@ -129,14 +229,21 @@ class _Maker:
     def __init__(self, node: Node, next_id: int) -> None:
         self.node, self.next_id, self.nodes = node, next_id, []
 
-    def add(self, op: str, operands: tuple[int, ...], shape: tuple[int, ...], attrs: dict) -> int:
+    def add(
+        self,
+        op: str,
+        operands: tuple[int, ...],
+        shape: tuple[int, ...],
+        attrs: dict,
+        dtype: str | None = None,
+    ) -> int:
         n = self.node
         made = Node(
             self.next_id,
             op,
             operands,
             shape,
-            n.dtype,
+            dtype or n.dtype,
             attrs,
             n.loc,
             f"{n.name}.{op}",
@@ -146,9 +253,10 @@ class _Maker:
         self.nodes.append(made)
         return made.id
 
-    def scalar(self, value) -> int:
-        text = ("true" if value else "false") if self.node.dtype == "pred" else str(int(value))
-        return self.add("constant", (), (), {"value": text})
+    def scalar(self, value, dtype: str | None = None) -> int:
+        dtype = dtype or self.node.dtype
+        text = ("true" if value else "false") if dtype == "pred" else str(int(value))
+        return self.add("constant", (), (), {"value": text}, dtype)
 
     def count(self, n: int, start: int, step: int) -> int:
         """start + step * iota(n)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -151,6 +152,37 @@ def _axis_following_tiles(tiles: TileSharding, dim: int, mesh: Mesh, where: str)
     )
 
 
+def _axes_following_tiles(
+    tiles: TileSharding, dim: int, mesh: Mesh, used: set[str]
+) -> tuple[str, ...]:
+    """Two or more mesh axes whose coordinates, the first the most significant, count the
+    tile index along `dim` on every device (EasyDeL shards a weight over fsdp and sp at
+    once): that dim is a shard over each in turn. () when the annotation gives no devices
+    or no such axes exist."""
+    grid, devices = tiles.device_grid, tiles.devices
+    if grid is None or devices is None or len(devices) != mesh.size:
+        return ()
+    positions = list(itertools.product(*(range(n) for n in grid)))
+    free = [(n, size) for n, size in mesh.axes if n not in used and size > 1]
+    for k in range(2, len(free) + 1):
+        for axes in itertools.permutations(free, k):
+            if math.prod(size for _, size in axes) != grid[dim]:
+                continue
+            if all(
+                _mixed_radix(mesh.coords(device), axes) == index[dim]
+                for index, device in zip(positions, devices, strict=True)
+            ):
+                return tuple(n for n, _ in axes)
+    return ()
+
+
+def _mixed_radix(coords: dict[str, int], axes) -> int:
+    value = 0
+    for name, size in axes:
+        value = value * size + coords[name]
+    return value
+
+
 def _from_tiles(tiles: TileSharding, mesh: Mesh, where: str) -> Layout:
     placements = []
     used: set[str] = set()
@@ -162,6 +194,8 @@ def _from_tiles(tiles: TileSharding, mesh: Mesh, where: str) -> Layout:
         following = _axis_following_tiles(tiles, dim, mesh, where)
         if following is not None and len(names) <= 1:
             names = (following,)
+        if not names:
+            names = _axes_following_tiles(tiles, dim, mesh, used)
         if not names:
             names = _axes_for_ratio(count, mesh, used, where, dim)
         for name in names:

@@ -82,9 +82,22 @@ def _free_broadcasts(graph: Graph, twins: frozenset[int]) -> set[int]:
         # Among those, the broadcast with the fewest new dims gets its sizes first: its
         # sizes are the fewest a layout can change (a norm's `rsqrt` broadcast along the
         # hidden dim keeps it, the scale's broadcast along batch and sequence loses it).
-        computed = {n for n in lost if not _of_literal(graph, n)} or lost
-        fewest = min(_new_dims(graph.node(n)) for n in computed)
-        free -= {n for n in computed if _new_dims(graph.node(n)) == fewest}
+        computed = {n for n in lost if not _of_literal(graph, n)}
+        fewest = min(_new_dims(graph.node(n)) for n in computed or lost)
+        tied = {n for n in computed or lost if _new_dims(graph.node(n)) == fewest}
+        if not computed:
+            # Literals only: of those that tie, the one whose kept dims come first. A causal
+            # mask compares a count broadcast along the keys (dims (0,)) with one along the
+            # queries (dims (1,)): both literals in the baseline, while a sequence shard's
+            # query count is computed from the device's coordinate and takes the sizes; so
+            # the baseline's query count takes them too, and the key counts stay free in both.
+            first = min(_kept_dims(graph.node(n)) for n in tied)
+            tied = {n for n in tied if _kept_dims(graph.node(n)) == first}
+        free -= tied
+
+
+def _kept_dims(node: Node) -> tuple[int, ...]:
+    return tuple(node.attrs.get("dims", ()))
 
 
 def _new_dims(node: Node) -> int:

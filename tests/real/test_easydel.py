@@ -31,6 +31,15 @@ CASES = {  # the stored pair -> EasyDeL's mesh (dp, fsdp, ep, tp, sp)
     "fsdp2": "dp=1,fsdp=2,ep=1,tp=1,sp=1",  # EasyDeL's default mesh: fsdp over every device
     "fsdp2_tp2": "dp=1,fsdp=2,ep=1,tp=2,sp=1",
     "dp2": "dp=2,fsdp=1,ep=1,tp=1,sp=1",
+    # sequence parallelism: the tokens split over sp, the weights over sp as well (EasyDeL's
+    # rules), the keys and values gathered for attention; without a mask each device counts
+    # its own positions in its share of the scan XLA split (a count from an offset picked on
+    # the device's id, evaluated per device: its block of the whole count)
+    "sp2": "dp=1,fsdp=1,ep=1,tp=1,sp=2",
+    "sp4": "dp=1,fsdp=1,ep=1,tp=1,sp=4",
+    "sp2_mask": "dp=1,fsdp=1,ep=1,tp=1,sp=2",
+    "tp2_sp2": "dp=1,fsdp=1,ep=1,tp=2,sp=2",
+    "tp2_sp2_mask": "dp=1,fsdp=1,ep=1,tp=2,sp=2",
 }
 
 

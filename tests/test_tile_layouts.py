@@ -1,0 +1,34 @@
+"""A sharding annotation read as a layout: a dim cut over two mesh axes at once (EasyDeL
+shards weights over fsdp and sp together) is a shard over each in turn, the first the more
+significant, as the annotation's device order says; an order no axes follow is an error."""
+
+from __future__ import annotations
+
+import pytest
+
+from scalify.errors import ScalifyError
+from scalify.ir import TileSharding
+from scalify.layout import Placement
+from scalify.mesh import parse_mesh
+from scalify.relations import _from_tiles
+
+
+def test_a_dim_cut_over_two_axes_is_a_shard_over_each():
+    mesh = parse_mesh("fsdp=2,sp=2")  # device = 2 * fsdp + sp
+    tiles = TileSharding(tiles=(4, 1), devices=(0, 1, 2, 3), device_grid=(4, 1))
+    assert _from_tiles(tiles, mesh, "w") == (
+        Placement("shard", "fsdp", dim=0),
+        Placement("shard", "sp", dim=0),
+    )
+    swapped = TileSharding(tiles=(4, 1), devices=(0, 2, 1, 3), device_grid=(4, 1))
+    assert _from_tiles(swapped, mesh, "w") == (
+        Placement("shard", "sp", dim=0),
+        Placement("shard", "fsdp", dim=0),
+    )
+
+
+def test_blocks_on_devices_no_axes_count_are_an_error():
+    mesh = parse_mesh("fsdp=2,sp=2")
+    tiles = TileSharding(tiles=(4, 1), devices=(0, 3, 1, 2), device_grid=(4, 1))
+    with pytest.raises(ScalifyError, match="split 4 ways"):
+        _from_tiles(tiles, mesh, "w")
