@@ -4,11 +4,13 @@
 
 One row per model of tests/real (torchtitan's Llama3 with its TP plan, transformers'
 LlamaForCausalLM with DistributedConfig, transformers-neuronx Llama graphs as torch-neuronx
-lowered them): the whole `check_equivalent` or `verify_files` call (tracing or loading
-both programs, the device probes, proving) and the prove phase alone, side by side, plus
-the ratios tp 4 / tp 2, tp 8 / tp 2 and 8 layers / 1 layer (the proof must not grow with
-the parallel degree). Entangle's published times for the same Neuron graphs (16 cores)
-are printed beside ours. Needs the `real` extra (tests/real/README.md).
+lowered them, Megatron-core's GPTModel training step, EasyDeL's Llama partitioned by XLA
+with tensor and sequence parallelism): the whole `check_equivalent` or `verify_files` call
+(tracing or loading both programs, the device probes, proving) and the prove phase alone,
+side by side, plus the ratios tp 4 / tp 2, tp 8 / tp 2, sp 4 / sp 2 and 8 layers / 1 layer
+(the proof must not grow with the parallel degree). Entangle's published times for the
+same Neuron graphs (16 cores) are printed beside ours. Needs the `real` extra
+(tests/real/README.md).
 """
 
 from __future__ import annotations
@@ -98,11 +100,64 @@ def neuron_rows() -> list[tuple[str, float, float, str]]:
     return rows
 
 
+def megatron_rows() -> list[tuple[str, float, float, str]]:
+    """Megatron-core's GPTModel training step (loss and every weight's gradient), each run in
+    its own process as tests/real/megatron_parts.py runs it."""
+    import subprocess
+
+    rows = []
+    with tempfile.TemporaryDirectory() as folder:
+        for tp in (2, 4):
+            out = Path(folder) / f"gpt{tp}.json"
+            script = REPO / "tests" / "real" / "megatron_parts.py"
+            command = [sys.executable, str(script), str(out), "--part", "gpt", "--loss"]
+            start = time.perf_counter()
+            subprocess.run([*command, "--grad", "--tp", str(tp)], check=True, capture_output=True)
+            total = time.perf_counter() - start
+            report = json.loads(out.read_text())
+            name = f"megatron gpt train step tp={tp}"
+            rows.append((name, total, report["stats"]["seconds"]["prove"], report["verdict"]))
+    return rows
+
+
+def easydel_rows() -> list[tuple[str, float, float, str]]:
+    """EasyDeL's Llama partitioned by XLA, the stored pairs of tests/real/easydel."""
+    from scalify.verify import verify_files
+
+    data = REPO / "tests" / "real" / "easydel"
+    meshes = {
+        "tp2": "dp=1,fsdp=1,ep=1,tp=2,sp=1",
+        "sp2": "dp=1,fsdp=1,ep=1,tp=1,sp=2",
+        "sp4": "dp=1,fsdp=1,ep=1,tp=1,sp=4",
+        "tp2_sp2": "dp=1,fsdp=1,ep=1,tp=2,sp=2",
+    }
+    rows = []
+    for case, mesh in meshes.items():
+        start = time.perf_counter()
+        report = verify_files(
+            str(data / f"{case}_baseline.hlo.gz"),
+            str(data / f"{case}_dist.hlo.gz"),
+            REPO / "rules",
+            mesh=mesh,
+        )
+        total = time.perf_counter() - start
+        rows.append(
+            (
+                f"easydel llama {case}",
+                total,
+                report.stats["seconds"].get("prove", 0.0),
+                report.verdict,
+            )
+        )
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(REPO / "bench" / "real_results.json"))
     args = parser.parse_args()
-    rows = torchtitan_rows() + transformers_rows() + neuron_rows()
+    rows = torchtitan_rows() + transformers_rows() + neuron_rows() + megatron_rows()
+    rows += easydel_rows()
     print(f"{'model':36s} {'verify s':>9s} {'prove s':>8s} {'Entangle s':>10s}  verdict")
     for name, total, prove, verdict in rows:
         theirs = f"{ENTANGLE_SECONDS[name]:10.0f}" if name in ENTANGLE_SECONDS else " " * 10
@@ -116,6 +171,9 @@ def main() -> None:
         / by_name["neuron llama tp=2 layers=8"],
         "neuron 8 layers/1 layer (tp 2)": by_name["neuron llama tp=2 layers=8"]
         / by_name["neuron llama tp=2 layers=1"],
+        "megatron train step tp4/tp2": by_name["megatron gpt train step tp=4"]
+        / by_name["megatron gpt train step tp=2"],
+        "easydel sp4/sp2": by_name["easydel llama sp4"] / by_name["easydel llama sp2"],
     }
     for name, value in ratios.items():
         print(f"ratio {name}: {value:.2f}")

@@ -8,6 +8,7 @@ name, so reasoning never expands per rank.
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -32,7 +33,17 @@ class Mesh:
         return tuple(name for name, _ in self.axes)
 
     def axis_size(self, name: str) -> int:
-        return dict(self.axes)[name]
+        """The size of an axis, or of several comma-joined (their product)."""
+        sizes = dict(self.axes)
+        return math.prod(sizes[part] for part in name.split(","))
+
+    def coordinate(self, device: int, name: str) -> int:
+        """The device's coordinate on an axis, or on several comma-joined as one (the first
+        the most significant, as collectives over them order their devices)."""
+        coords, value = self.coords(device), 0
+        for part in name.split(","):
+            value = value * self.axis_size(part) + coords[part]
+        return value
 
     def __str__(self) -> str:
         return ",".join(f"{name}={n}" for name, n in self.axes)

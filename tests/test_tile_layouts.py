@@ -32,3 +32,17 @@ def test_blocks_on_devices_no_axes_count_are_an_error():
     tiles = TileSharding(tiles=(4, 1), devices=(0, 3, 1, 2), device_grid=(4, 1))
     with pytest.raises(ScalifyError, match="split 4 ways"):
         _from_tiles(tiles, mesh, "w")
+
+
+def test_a_set_of_axes_is_one_axis_to_the_simulator():
+    """Collectives over several axes order their devices with the first axis slowest; a
+    shard over the set counts its blocks so."""
+    mesh = parse_mesh("fsdp=2,tp=3,sp=2")
+    assert mesh.axis_size("fsdp,sp") == 4
+    assert [mesh.coordinate(d, "fsdp,sp") for d in range(mesh.size)] == [
+        0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3,
+    ]  # fmt: skip
+    assert all(
+        [mesh.coordinate(d, "fsdp,sp") for d in group] == [0, 1, 2, 3]
+        for group in mesh.groups(("fsdp", "sp"))
+    )

@@ -6,6 +6,8 @@ grows linearly with the graph. Names: `$b12` is baseline node 12, `$d7` distribu
 
 from __future__ import annotations
 
+import itertools
+
 from scalify.ir import Graph, Node, is_scalar_fill
 from scalify.layout import Layout
 from scalify.mesh import Mesh
@@ -284,6 +286,17 @@ def _integer(text: str) -> int | None:
 def vocabulary_facts(mesh: Mesh, graphs: list[Graph]) -> list[str]:
     ops = {n.op for g in graphs for n in g.nodes.values()}
     facts = [f"(Axis {egg_string(a)})" for a in mesh.names]
+    facts += [
+        f"(AxisBefore {egg_string(a)} {egg_string(b)})"
+        for a, b in itertools.combinations([n for n, size in mesh.axes if size > 1], 2)
+    ]
+    facts += [
+        f"(AxisDisjoint {egg_string(a)} {egg_string(','.join(axes))})"
+        for a in mesh.names
+        for r in range(1, len(mesh.names) + 1)
+        for axes in itertools.combinations(mesh.names, r)
+        if a not in axes
+    ]
     facts += [f"(set (AxisSize {egg_string(a)}) {n})" for a, n in mesh.axes]
     stride = 1
     for axis, size in reversed(mesh.axes):

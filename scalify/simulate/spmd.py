@@ -62,7 +62,7 @@ def distribute(
         if p.kind == "shard":
             size = mesh.axis_size(p.axis)
             per_device = [
-                _block(v, p.dim, device_coords(mesh, d)[p.axis], size, p.parts)
+                _block(v, p.dim, mesh.coordinate(d, p.axis), size, p.parts)
                 for d, v in enumerate(per_device)
             ]
         else:
@@ -72,7 +72,7 @@ def distribute(
 
 def _split_partial(per_device, p: Placement, mesh: Mesh, rng) -> list[np.ndarray]:
     result = list(per_device)
-    for group in mesh.groups((p.axis,)):
+    for group in mesh.groups(tuple(p.axis.split(","))):
         whole = per_device[group[0]]
         if whole.dtype == bool:
             raise NotSimulable("a predicate cannot be a partial reduction")
@@ -217,7 +217,7 @@ def _reduce_partials(values: list[np.ndarray], layout: Layout, mesh: Mesh):
         if p.kind != "partial":
             remaining.insert(0, p)
             continue
-        for group in mesh.groups((p.axis,)):
+        for group in mesh.groups(tuple(p.axis.split(","))):
             total = REDUCERS[p.op].reduce(np.stack([values[d] for d in group]), axis=0)
             for d in group:
                 values[d] = total
