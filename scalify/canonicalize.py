@@ -221,7 +221,7 @@ def canonicalize(graph: Graph) -> Graph:
     nodes: dict[int, Node] = {}
     for node in graph.nodes.values():
         if node.op == "dynamic_slice":
-            _slice_along_one_dim(node, nodes)
+            next_id = _slice_along_dims(node, nodes, next_id)
         if node.op == "dynamic_update_slice":
             _update_along_one_dim(node, nodes)
         if node.op != "reshape":
@@ -335,22 +335,35 @@ def _prune(graph: Graph) -> Graph:
     return graph
 
 
-def _slice_along_one_dim(node: Node, nodes: dict[int, Node]) -> None:
-    """A dynamic slice that starts at 0 and keeps every dim but one becomes `slice_at(x,
-    start)` with the dim, the slice size and how many such slices fill the dim (`parts`)."""
+def _slice_along_dims(node: Node, nodes: dict[int, Node], next_id: int) -> int:
+    """A dynamic slice that starts at 0 in every dim it keeps whole becomes `slice_at(x,
+    start)` along each other dim in turn, with the slice size and how many such slices fill
+    the dim (`parts`): XLA takes a device's block of a value split over batch and sequence
+    in one slice. The intermediate slices are added to `nodes`; returns the next free id."""
     x, *starts = node.operands
     sizes = tuple(node.attrs.get("sizes", node.shape))
     operand = nodes[x]
     moving = [d for d, s in enumerate(starts) if not is_zero_fill(s, nodes)]
-    if len(moving) != 1:
-        return
-    (d,) = moving
-    if any(sizes[j] != operand.shape[j] for j in range(len(sizes)) if j != d):
-        return
-    if not sizes[d] or operand.shape[d] % sizes[d]:
-        return
-    node.op, node.operands = "slice_at", (x, starts[d])
+    if not moving or any(
+        sizes[j] != operand.shape[j] for j in range(len(sizes)) if j not in moving
+    ):
+        return next_id
+    if any(not sizes[d] or operand.shape[d] % sizes[d] for d in moving):
+        return next_id
+    shape, current = list(operand.shape), x
+    for d in moving[:-1]:
+        shape[d] = sizes[d]
+        step = Node(
+            next_id, "slice_at", (current, starts[d]), tuple(shape), node.dtype,
+            {"dim": d, "size": sizes[d], "parts": operand.shape[d] // sizes[d]},
+            node.loc, f"{node.name}.slice{d}", node.framework_op,
+        )  # fmt: skip
+        nodes[step.id] = step
+        current, next_id = step.id, next_id + 1
+    d = moving[-1]
+    node.op, node.operands = "slice_at", (current, starts[d])
     node.attrs = {"dim": d, "size": sizes[d], "parts": operand.shape[d] // sizes[d]}
+    return next_id
 
 
 def _update_along_one_dim(node: Node, nodes: dict[int, Node]) -> None:

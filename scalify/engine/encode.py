@@ -7,6 +7,7 @@ grows linearly with the graph. Names: `$b12` is baseline node 12, `$d7` distribu
 from __future__ import annotations
 
 import itertools
+import math
 
 from scalify.ir import Graph, Node, is_scalar_fill
 from scalify.layout import Layout
@@ -297,11 +298,33 @@ def vocabulary_facts(mesh: Mesh, graphs: list[Graph]) -> list[str]:
         for axes in itertools.combinations(mesh.names, r)
         if a not in axes
     ]
+    facts += [
+        f"(AxisPair {egg_string(','.join(axes))} {egg_string(','.join(axes[:-1]))} "
+        f"{egg_string(axes[-1])})"
+        for r in range(2, len(mesh.names) + 1)
+        for axes in itertools.combinations(mesh.names, r)
+    ]
     facts += [f"(set (AxisSize {egg_string(a)}) {n})" for a, n in mesh.axes]
     stride = 1
+    strides = {}
     for axis, size in reversed(mesh.axes):
         facts.append(f"(set (AxisStride {egg_string(axis)}) {stride})")
+        strides[axis] = stride
         stride *= size
+    # Runs of consecutive axes (those of one device skipped) are one axis too, as collectives
+    # over them name them: the device's coordinate on the run is (id / s) % n with s the last
+    # axis's stride and n their product, the first axis the most significant.
+    real = [(a, n) for a, n in mesh.axes if n > 1]
+    for i, j in itertools.combinations(range(len(real) + 1), 2):
+        if j - i < 2:
+            continue
+        run = real[i:j]
+        name = egg_string(",".join(a for a, _ in run))
+        facts += [
+            f"(Axis {name})",
+            f"(set (AxisSize {name}) {math.prod(n for _, n in run)})",
+            f"(set (AxisStride {name}) {strides[run[-1][0]]})",
+        ]
     literals = {
         literal_key(n.attrs.get("value"), n.dtype)
         for g in graphs

@@ -40,6 +40,8 @@ CASES = {  # the stored pair -> EasyDeL's mesh (dp, fsdp, ep, tp, sp)
     "sp2_mask": "dp=1,fsdp=1,ep=1,tp=1,sp=2",
     "tp2_sp2": "dp=1,fsdp=1,ep=1,tp=2,sp=2",
     "tp2_sp2_mask": "dp=1,fsdp=1,ep=1,tp=2,sp=2",
+    # the weights split over fsdp and sp at once (one dim over two axes), gathered over both
+    "fsdp2_sp2": "dp=1,fsdp=2,ep=1,tp=1,sp=2",
 }
 
 
