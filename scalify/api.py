@@ -64,6 +64,18 @@ def _given_relations(
     return RelationsFile("<relations>", None, inputs, outputs, infer_outputs=infer_outputs)
 
 
+def _weight_layouts(placements: dict[str, Any], mesh: Mesh) -> dict[str, Any]:
+    """Input name -> (the layout a DTensor weight's placements give, its global shape)."""
+    from .capture.placements import placement_layout
+
+    found = {}
+    for name, (placed, local_shape, global_shape) in placements.items():
+        layout = placement_layout(placed, local_shape, mesh)
+        if layout is not None:
+            found[name] = (layout, global_shape)
+    return found
+
+
 def _placement_layouts(placed: list[Any], dist: Any, mesh: Mesh) -> dict[int, str]:
     """Output index -> the layout its DTensor placement gives, for the outputs that are
     DTensors (output_relations reads them unless the stated relations say otherwise)."""
@@ -122,6 +134,7 @@ def check_equivalent(
     base = canonicalize(graph_from_fx(base_gm, base_label))
     dist = canonicalize(graph_from_fx(traced, dist_label, world_size=chosen.size))
     dist.output_layouts = _placement_layouts(traced.meta["output_placements"], dist, chosen)
+    dist.input_layouts = _weight_layouts(traced.meta.get("input_placements", {}), chosen)
     dist.output_inputs = dict(traced.meta.get("output_inputs", {}))
     given = _given_relations(relations, infer_outputs=parallel_inputs is not None)
     compiled = compile_rule_dir(rules or default_rules_dir())

@@ -86,6 +86,9 @@ class Graph:
     # output index -> the input whose layout it has: a training step's gradient of a weight,
     # or the weight an optimizer step updated
     output_inputs: dict[int, str] = field(default_factory=dict)
+    # input name -> (the layout a DTensor weight's placements give, over its own global
+    # shape; that global shape): FSDP's shard of a weight, inside any split its shape shows
+    input_layouts: dict[str, tuple[str, tuple[int, ...]]] = field(default_factory=dict)
     mesh_hint: dict[str, int] = field(default_factory=dict)
     num_partitions: int | None = None
     # Pairs of nodes that compute the same value in two forms (see canonicalize.py); both

@@ -120,9 +120,13 @@ def _canonical(groups, ordered: bool) -> frozenset:
 
 
 def _resolve(mesh: Mesh, groups, ordered: bool) -> str | None:
+    """The axes whose groups are `groups`; where `groups` lists some devices' groups only (a
+    traced program knows its own device's group), the axes whose groups include them."""
     wanted = _canonical(groups, ordered)
+    every = {d for g in groups for d in g} == set(range(mesh.size))
     for combo in mesh._axis_sets:
-        if _canonical(mesh.groups(combo), ordered) == wanted:
+        have = _canonical(mesh.groups(combo), ordered)
+        if have == wanted or (not every and wanted <= have):
             return ",".join(combo)
     return None
 

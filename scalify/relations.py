@@ -196,6 +196,13 @@ def _from_tiles(tiles: TileSharding, mesh: Mesh, where: str) -> Layout:
             names = (following,)
         if not names:
             names = _axes_following_tiles(tiles, dim, mesh, used)
+        if not names and tiles.devices is not None and len(tiles.devices) == mesh.size:
+            raise ScalifyError(  # the devices say where the blocks are: no guess from sizes
+                f"dim {dim} is split {count} ways on devices that follow no axis of mesh "
+                f"{mesh}, nor several in turn (row-major device ids)",
+                where,
+                notes=["give the layout in a --relations file"],
+            )
         if not names:
             names = _axes_for_ratio(count, mesh, used, where, dim)
         for name in names:
@@ -208,6 +215,8 @@ def _axes_for_ratio(ratio: int, mesh: Mesh, used: set[str], where: str, dim: int
     candidates = [n for n, size in mesh.axes if size == ratio and n not in used]
     if len(candidates) == 1:
         return (candidates[0],)
+    if not candidates and (joint := _axes_multiplying_to(ratio, mesh, used)) is not None:
+        return joint
     if not candidates:
         raise ScalifyError(
             f"dim {dim} is split {ratio} ways, which matches no axis of mesh {mesh}",
@@ -221,7 +230,24 @@ def _axes_for_ratio(ratio: int, mesh: Mesh, used: set[str], where: str, dim: int
     )
 
 
-def _from_shapes(base_shape, dist_shape, mesh: Mesh, where: str) -> Layout:
+def _axes_multiplying_to(ratio: int, mesh: Mesh, used: set[str]) -> tuple[str, ...] | None:
+    """The one set of two or more unused axes (of more than one device) whose sizes multiply
+    to `ratio`, in mesh order: a dim split over several axes nests them as DTensor and XLA
+    do, the first the most significant. None when no set or several do."""
+    free = [(n, size) for n, size in mesh.axes if n not in used and size > 1]
+    found = [
+        tuple(n for n, _ in axes)
+        for k in range(2, len(free) + 1)
+        for axes in itertools.combinations(free, k)
+        if math.prod(size for _, size in axes) == ratio
+    ]
+    return found[0] if len(found) == 1 else None
+
+
+def _from_shapes(
+    base_shape, dist_shape, mesh: Mesh, where: str, taken: frozenset[str] = frozenset()
+) -> Layout:
+    """The shards the shape ratios show, over axes not in `taken`."""
     if len(base_shape) != len(dist_shape):
         raise ScalifyError(
             f"rank differs: baseline {list(base_shape)} vs distributed {list(dist_shape)}",
@@ -229,7 +255,7 @@ def _from_shapes(base_shape, dist_shape, mesh: Mesh, where: str) -> Layout:
             notes=["give its layout in a --relations file"],
         )
     placements = []
-    used: set[str] = set()
+    used: set[str] = set(taken)
     for dim, (b, d) in enumerate(zip(base_shape, dist_shape, strict=True)):
         if b == d:
             continue
@@ -237,9 +263,9 @@ def _from_shapes(base_shape, dist_shape, mesh: Mesh, where: str) -> Layout:
             raise ScalifyError(
                 f"dim {dim}: baseline size {b} is not a multiple of distributed size {d}", where
             )
-        (axis,) = _axes_for_ratio(b // d, mesh, used, where, dim)
-        used.add(axis)
-        placements.append(Placement("shard", axis, dim=dim))
+        for axis in _axes_for_ratio(b // d, mesh, used, where, dim):
+            used.add(axis)
+            placements.append(Placement("shard", axis, dim=dim))
     return tuple(placements)
 
 
@@ -306,6 +332,14 @@ def input_relations(
         elif dist_id in dist.input_shardings:
             layout = _from_tiles(dist.input_shardings[dist_id], mesh, where)
             source = "annotation"
+        elif name in dist.input_layouts:
+            placed, placed_global = dist.input_layouts[name]
+            # the split its shape shows beyond the DTensor's own (TP's block, which FSDP
+            # then shards) is the outer one
+            inner = parse_layout(placed, mesh, where)
+            taken = frozenset(p.axis for p in inner)
+            layout = _from_shapes(b_shape, placed_global, mesh, where, taken) + inner
+            source = "DTensor placement"
         else:
             layout = _from_shapes(b_shape, d_shape, mesh, where)
             source = "inferred from shapes"

@@ -150,7 +150,7 @@ def test_dtensor_mlp_is_equivalent(mesh):
     tp = parallel(base, mesh, {"fc1": ColwiseParallel(), "fc2": RowwiseParallel()})
     report = scalify.assert_equivalent(base, tp, mesh=mesh, example_inputs=(torch.randn(8, 64),))
     assert report.verdict == "equivalent"
-    assert "fc2_weight: shard(1, tp) (inferred from shapes)" in report.relations["inputs"]
+    assert "fc2_weight: shard(1, tp) (DTensor placement)" in report.relations["inputs"]
 
 
 def test_bias_before_allreduce_fails_at_its_line(mesh):

@@ -1,6 +1,7 @@
-"""A sharding annotation read as a layout: a dim cut over two mesh axes at once (EasyDeL
-shards weights over fsdp and sp together) is a shard over each in turn, the first the more
-significant, as the annotation's device order says; an order no axes follow is an error."""
+"""A sharding annotation or a DTensor weight read as a layout. A dim cut over two mesh axes
+at once (EasyDeL shards weights over fsdp and sp together) is a shard over each in turn, the
+first the more significant, as the annotation's device order says; an order no axes follow
+is an error. A DTensor weight's placements are its layout inside any split its shape shows."""
 
 from __future__ import annotations
 
@@ -46,3 +47,20 @@ def test_a_set_of_axes_is_one_axis_to_the_simulator():
         [mesh.coordinate(d, "fsdp,sp") for d in group] == [0, 1, 2, 3]
         for group in mesh.groups(("fsdp", "sp"))
     )
+
+
+def test_a_dtensor_weight_inside_a_split_its_shape_shows():
+    """FSDP's shard (a DTensor over dp) of a weight TP already split (its DTensor's global
+    shape is TP's block): the TP split is the outer one, FSDP's inside it."""
+    from scalify.ir import Graph, Node
+    from scalify.relations import input_relations
+
+    def graph(shape):
+        x = Node(0, "parameter", (), shape, "f32", {"name": "w", "index": 0}, name="w")
+        return Graph("g", {0: x}, inputs=[0], outputs=[0])
+
+    base, dist = graph((16, 4)), graph((4, 4))
+    dist.input_layouts = {"w": ("shard(0, dp)", (8, 4))}
+    (relation,) = input_relations(base, dist, parse_mesh("dp=2,tp=2"), None)
+    assert relation.layout == (Placement("shard", "tp", dim=0), Placement("shard", "dp", dim=0))
+    assert relation.source == "DTensor placement"

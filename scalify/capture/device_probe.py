@@ -78,6 +78,24 @@ def root_mesh(meshes: list[Any]) -> Any | None:
     return root
 
 
+def _coordinate_in(mesh: Any, rank: int, root: Any | None) -> tuple[int, ...] | None:
+    """The device's coordinate on `mesh`: where the mesh holds it, else, for a sub-mesh of
+    named dims of the root (this process built device 0's: its data-parallel peers, say),
+    the device's root coordinates on those dims, its place in its own such sub-mesh."""
+    found = (mesh.mesh == rank).nonzero()
+    if len(found):
+        return tuple(found[0].tolist())
+    names = getattr(mesh, "mesh_dim_names", None)
+    root_names = getattr(root, "mesh_dim_names", None) if root is not None else None
+    if not names or not root_names or any(n not in root_names for n in names):
+        return None
+    at = (root.mesh == rank).nonzero()
+    if not len(at):
+        return None
+    coords = at[0].tolist()
+    return tuple(coords[root_names.index(n)] for n in names)
+
+
 @contextmanager
 def as_device(meshes: list[Any], rank: int) -> Iterator[None]:
     """This process is global rank `rank`: for every mesh in `meshes` (its coordinates), for
@@ -117,9 +135,9 @@ def as_device(meshes: list[Any], rank: int) -> Iterator[None]:
     saved = [m._coordinate_on_dim for m in meshes]
     along_groups = _coordinates_along_groups(meshes)  # read before tracing sees the meshes
     try:
+        root = root_mesh(meshes) if meshes else None
         for m in meshes:
-            found = (m.mesh == rank).nonzero()
-            m._coordinate_on_dim = tuple(found[0].tolist()) if len(found) else None
+            m._coordinate_on_dim = _coordinate_in(m, rank, root)
         for module in holders:
             module.get_rank = get_rank
         group_type.rank = group_rank

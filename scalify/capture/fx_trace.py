@@ -139,6 +139,7 @@ def trace(
     if across_devices:
         gm = trace_on_devices(make, gm)
     gm.meta["output_placements"] = list(placed)
+    gm.meta["input_placements"] = _weight_placements(modules)
     gm.meta["tracing_mode"] = mode
     gm.meta["output_inputs"] = dict(followed)
     names: dict[int, str] = {}
@@ -251,6 +252,20 @@ def _weight_names(
         held = [*module.named_parameters(), *(module.named_buffers() if buffers else ())]
         for name, tensor in held:
             yield prefix + name.replace(".", "_"), tensor
+
+
+def _weight_placements(modules: list[tuple[str, nn.Module]]) -> dict[str, tuple[Any, Any, Any]]:
+    """Input name -> (placement, local shape, global shape) of each weight that is a DTensor
+    (SimpleFSDP's and FSDP2's shards), for the inputs no relation states."""
+    from .placements import tensor_leaves
+
+    found: dict[str, tuple[Any, Any, Any]] = {}
+    for name, weight in _weight_names(modules):
+        if hasattr(weight, "placements") and hasattr(weight, "to_local"):
+            placed: list[Any] = []
+            (local,) = tensor_leaves(weight, placed)
+            found[name] = (placed[0], tuple(local.shape), tuple(weight.shape))
+    return found
 
 
 def _weights_and_gradients(modules: list[tuple[str, nn.Module]]) -> dict[int, str]:

@@ -1786,6 +1786,20 @@ class _Lowering:
             return None
         return None
 
+    def group_ranks(self, group: Any) -> tuple[int, ...] | None:
+        """The global ranks of this device's process group named in the graph (its peers
+        along one mesh dim of several: {0, 2} for the first dim of a 2 x 2 mesh), when a live
+        group of that name is in this process; None otherwise."""
+        try:
+            import torch.distributed as dist
+            from torch.distributed.distributed_c10d import _resolve_process_group
+
+            if not (dist.is_available() and dist.is_initialized()):
+                return None
+            return tuple(dist.get_process_group_ranks(_resolve_process_group(str(group))))
+        except Exception:  # noqa: BLE001 - an unknown name: the group is read by its size
+            return None
+
     def collective(self, fx_node: Any, name: str) -> Any:
         args, kwargs = fx_node.args, fx_node.kwargs
         if name == "wait_tensor":
@@ -1819,29 +1833,37 @@ class _Lowering:
         if reduce_op and reduce_op not in _REDUCE_OPS and reduce_op != "avg":
             raise _Unsupported(f"reduce op {reduce_op}")
         kind = _COLLECTIVE_KINDS[name]
+        ranks = self.group_ranks(arg(_GROUP_ARG[name], "group_name"))
         if kind == "reduce_scatter":
-            return self.reduce_scatter(args[0], shape, dtype, size, reduce_op)
-        return self.emit_collective(kind, self.tensor(args[0]), shape, dtype, size, reduce_op)
+            return self.reduce_scatter(args[0], shape, dtype, size, reduce_op, ranks)
+        x = self.tensor(args[0])
+        return self.emit_collective(kind, x, shape, dtype, size, reduce_op, ranks=ranks)
 
     def reduce_scatter(
-        self, arg: Any, shape: tuple[int, ...], dtype: str, size: int, reduce_op: str
+        self,
+        arg: Any,
+        shape: tuple[int, ...],
+        dtype: str,
+        size: int,
+        reduce_op: str,
+        ranks: tuple[int, ...] | None = None,
     ) -> int:
         """A reduce-scatter along dim 0 of `arg`, read as one along the dim of the value it
         was arranged from: chunks concatenated along dim 0 (funcol's `scatter_dim`), or a
         transpose that moved the dim to the front (`movedim`, as spmd_types writes it; the
         result is then that transpose of the reduce-scatter along the dim)."""
         scattered = self.scattered_source(arg, size)
+        kind = "reduce_scatter"
         if scattered is not None:
-            return self.emit_collective(
-                "reduce_scatter", *scattered[:1], shape, dtype, size, reduce_op, scattered[1]
-            )
+            y, dim = scattered
+            return self.emit_collective(kind, y, shape, dtype, size, reduce_op, dim, ranks)
         moved = self.moved_source(arg)
         if moved is None:
             x = self.tensor(arg)
-            return self.emit_collective("reduce_scatter", x, shape, dtype, size, reduce_op, 0)
+            return self.emit_collective(kind, x, shape, dtype, size, reduce_op, 0, ranks)
         x, perm = moved
         local = tuple(shape[perm.index(d)] for d in range(len(perm)))
-        out = self.emit_collective("reduce_scatter", x, local, dtype, size, reduce_op, perm[0])
+        out = self.emit_collective(kind, x, local, dtype, size, reduce_op, perm[0], ranks)
         return self.new("transpose", (out,), shape, dtype, {"perm": perm})
 
     def moved_source(self, arg: Any) -> tuple[int, tuple[int, ...]] | None:
@@ -1865,20 +1887,22 @@ class _Lowering:
         written = args[0][0] if name == "allreduce_" and len(args[0]) == 1 else args[0]
         if not self.is_node(written) or not self.only_read_before(written, fx_node):
             raise _Unsupported(f"c10d.{name} whose buffer is read around it")
-        size = self.process_group_size(args[1] if name == "allreduce_" else args[2])
+        group = args[1] if name == "allreduce_" else args[2]
+        size, ranks = self.process_group_size(group), self.process_group_ranks(group)
         if size is None:
             raise _Unsupported(f"c10d.{name} over a process group it cannot resolve")
         shape, dtype = self.shape(self.tensor(written)), self.dtype(self.tensor(written))
         if name == "allreduce_":
             op = self.reduce_op_of(args[2])
-            out = self.emit_collective("all_reduce", self.tensor(written), shape, dtype, size, op)
+            x = self.tensor(written)
+            out = self.emit_collective("all_reduce", x, shape, dtype, size, op, ranks=ranks)
             return ((out,), None)
         if name == "_allgather_base_":
             x = self.tensor(args[1])
-            return (self.emit_collective("all_gather", x, shape, dtype, size), None)
+            return (self.emit_collective("all_gather", x, shape, dtype, size, ranks=ranks), None)
         if name == "_reduce_scatter_base_":
             op = self.reduce_op_of(args[3])
-            return (self.reduce_scatter(args[1], shape, dtype, size, op), None)
+            return (self.reduce_scatter(args[1], shape, dtype, size, op, ranks), None)
         raise _Unsupported(f"c10d.{name}")
 
     # ---- writes through views (`out[:, :k].copy_(x)`)
@@ -2047,6 +2071,15 @@ class _Lowering:
         except Exception:  # noqa: BLE001 - not a process group object: unresolved
             return None
 
+    def process_group_ranks(self, arg: Any) -> tuple[int, ...] | None:
+        try:
+            import torch.distributed as dist
+            from torch._C._distributed_c10d import ProcessGroup
+
+            return tuple(dist.get_process_group_ranks(ProcessGroup.unbox(self.script_object(arg))))
+        except Exception:  # noqa: BLE001 - not a process group object: read by its size
+            return None
+
     def reduce_op_of(self, arg: Any) -> str:
         try:
             code = self.script_object(arg).op()
@@ -2065,13 +2098,16 @@ class _Lowering:
         size: int,
         reduce_op: str = "",
         dim: int = 0,
+        ranks: tuple[int, ...] | None = None,
     ) -> int:
         """One collective over a group of `size` devices along `dim` (an `avg` reduction is
-        a sum divided by the size)."""
+        a sum divided by the size): over `ranks`, this device's group, where they are known
+        (the mesh says which axis that is), else over devices 0 .. size - 1."""
         if size == 1 and shape == self.shape(x):
             return x  # a group of one device: every collective is its operand (Megatron's
             # cross-entropy all-reduces at tensor-parallel size 1 too)
-        attrs: dict[str, Any] = {"groups": (tuple(range(size)),)}
+        group = ranks if ranks is not None and len(ranks) == size else tuple(range(size))
+        attrs: dict[str, Any] = {"groups": (group,)}
         if reduce_op:
             attrs["op"] = "sum" if reduce_op == "avg" else _REDUCE_OPS[reduce_op]
         if kind != "all_reduce":
@@ -2149,7 +2185,12 @@ class _Lowering:
         source line."""
         collective, gathered, size = source
         x = self.tensor(gathered)
-        out = self.emit_collective("all_gather", x, shape, self.dtype(x), size, dim=dim)
+        ranks = self.group_ranks(
+            collective.args[2] if len(collective.args) > 2 else collective.kwargs.get("group_name")
+        )
+        out = self.emit_collective(
+            "all_gather", x, shape, self.dtype(x), size, dim=dim, ranks=ranks
+        )
         node = self.nodes[out]
         node.name, node.loc = collective.name, self.location(collective)
         node.framework_op = str(collective.target)
