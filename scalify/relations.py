@@ -387,6 +387,11 @@ def output_relations(
             )
         if given and given.outputs is not None and given.outputs[index] is not None:
             layout, source = parse_layout(given.outputs[index], mesh, given.path), "relations file"
+        elif (weight := followed.get(dist.output_inputs.get(index, ""))) is not None and (
+            weight.source == "DTensor placement"
+        ):  # a DTensor weight's gradient: its placements say as little as the weight's did,
+            # and the weight's layout says the rest (FSDP's shard inside TP's block)
+            layout, source = weight.layout, f"the layout of input {weight.name}"
         elif index in dist.output_layouts:
             layout = parse_layout(dist.output_layouts[index], mesh, dist.path)
             source = "DTensor placement"

@@ -434,7 +434,7 @@ def test_torchtitans_sequence_parallel_norm_gradients_are_left_partial():
 # ---- torchtitan's SimpleFSDP: fully sharded data parallel as its graph trainer captures it
 
 
-def _titan_fsdp_step(local_token_count: bool):
+def _titan_fsdp_step(local_token_count: bool, tp: int = 1):
     """torchtitan's Llama3 wrapped as its graph trainer's `apply_simple_fsdp` wraps it
     (SimpleFSDP's `data_parallel(..., "fully_shard")`: each weight a DTensor sharded on dim 0
     over the data-parallel axis (`dp_shard` under the spmd_types backend), all-gathered for the
@@ -444,20 +444,27 @@ def _titan_fsdp_step(local_token_count: bool):
     loss by its own count instead, the sum of the reduce-scatter leaving every gradient fsdp
     times too large."""
     require("torchtitan", "spmd_types")
+    import contextlib
+
+    import spmd_types
     from titan_llama import SEQ, VOCAB, build
     from torchtitan.components.loss import CrossEntropyLoss
 
-    baseline, model, mesh, _ = build(1, fsdp=2)
+    baseline, model, mesh, context = build(tp, fsdp=2)
     loss_fn = CrossEntropyLoss(CrossEntropyLoss.Config(global_vocab_size=VOCAB))
     batch = 4
 
-    def step_of(m, count):
+    def step_of(m, count, run_in=contextlib.nullcontext):
         weights = list(m.parameters())
 
         def train_step(tokens, labels):
-            loss, _ = loss_fn(m(tokens), labels, torch.tensor(float(count(labels))))
-            loss.backward()
-            return [p.grad for p in weights]
+            with run_in():
+                loss, _ = loss_fn(m(tokens), labels, torch.tensor(float(count(labels))))
+                with spmd_types.no_typecheck():
+                    loss.backward()
+            grads = [p.grad for p in weights]
+            # with TP the loss is vocab-parallel: returned, it keeps the labels' lookup
+            return (loss, grads) if tp > 1 else grads
 
         return train_step
 
@@ -469,13 +476,17 @@ def _titan_fsdp_step(local_token_count: bool):
 
     tokens = torch.randint(0, VOCAB, (batch, SEQ), generator=torch.Generator().manual_seed(1))
     labels = torch.randint(0, VOCAB, (batch, SEQ), generator=torch.Generator().manual_seed(2))
+    relations: dict = {"inputs": {"tokens": "shard(0, dp_shard)", "labels": "shard(0, dp_shard)"}}
+    if tp > 1:  # each device's loss is its share of the global sum until the trainer reduces it
+        weights = len(list(baseline.parameters()))
+        relations["outputs"] = ["partial(sum, dp_shard)"] + [None] * weights
     return check_equivalent(
         step_of(baseline, global_count),
-        step_of(model, own_count if local_token_count else global_count),
+        step_of(model, own_count if local_token_count else global_count, context),
         mesh=mesh,
         example_inputs=(tokens, labels),
         parallel_inputs=(tokens[: batch // 2], labels[: batch // 2]),
-        relations={"inputs": {"tokens": "shard(0, dp_shard)", "labels": "shard(0, dp_shard)"}},
+        relations=relations,
     )
 
 
@@ -484,6 +495,29 @@ def test_torchtitans_simple_fsdp_training_step_is_proved():
     report = _titan_fsdp_step(local_token_count=False)
     assert report.verdict == "equivalent", [s.reason for s in report.suspects[:2]]
     assert {o.proven for o in report.outputs} == {"shard(0, dp_shard)"}
+
+
+@pytest.mark.slow
+def test_torchtitans_simple_fsdp_with_tp_training_step_is_proved():
+    """SimpleFSDP over dp_shard of a model TP already split (its graph trainer's 2-D
+    composition): each weight's DTensor is FSDP's shard of TP's block, its gradient the
+    reduce-scatter of TP's block of the gradient; the collectives are read over the axis of
+    each device's own group."""
+    report = _titan_fsdp_step(local_token_count=False, tp=2)
+    assert report.verdict == "equivalent", [s.reason for s in report.suspects[:2]]
+    layouts = {o.proven for o in report.outputs[1:]}
+    assert layouts <= {
+        "shard(0, tp) shard(0, dp_shard)",
+        "shard(0, dp_shard) shard(1, tp)",
+        "shard(0, dp_shard)",
+    }, layouts
+    assert "shard(0, tp) shard(0, dp_shard)" in layouts
+
+
+@pytest.mark.slow
+def test_a_2d_step_whose_loss_is_divided_by_each_devices_own_count_is_caught():
+    report = _titan_fsdp_step(local_token_count=True, tp=2)
+    assert report.verdict == "not_equivalent"
 
 
 @pytest.mark.slow
