@@ -387,14 +387,14 @@ def output_relations(
             )
         if given and given.outputs is not None and given.outputs[index] is not None:
             layout, source = parse_layout(given.outputs[index], mesh, given.path), "relations file"
-        elif (weight := followed.get(dist.output_inputs.get(index, ""))) is not None and (
-            weight.source == "DTensor placement"
-        ):  # a DTensor weight's gradient: its placements say as little as the weight's did,
-            # and the weight's layout says the rest (FSDP's shard inside TP's block)
-            layout, source = weight.layout, f"the layout of input {weight.name}"
         elif index in dist.output_layouts:
             layout = parse_layout(dist.output_layouts[index], mesh, dist.path)
             source = "DTensor placement"
+            weight = dist.input_layouts.get(dist.output_inputs.get(index, ""))
+            if weight is not None:  # a DTensor weight's gradient: its placements say what the
+                # weight's did, inside the split the weight's global shape shows (TP's block)
+                taken = frozenset(p.axis for p in layout)
+                layout = _from_shapes(b_shape, weight[1], mesh, where, taken) + layout
         elif dist_id in dist.output_shardings:
             layout, source = _from_tiles(dist.output_shardings[dist_id], mesh, where), "annotation"
         elif base_id in base.output_shardings:  # an SPMD dump: the global module states it

@@ -7,6 +7,7 @@ marked definite, the rest say that a rule may be missing.
 
 from __future__ import annotations
 
+import linecache
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -445,17 +446,53 @@ def _nearest_upstream(
     budget: int = 64,
 ) -> str:
     """Breadth-first up the operands that `follow` admits: the first non-empty `origin`."""
+    found = _nearest_upstream_node(node_id, dist, lambda n: bool(origin(n)), follow, budget)
+    return origin(found) if found is not None else ""
+
+
+def _nearest_upstream_node(
+    node_id: int,
+    dist: Graph,
+    accept: Callable[[Node], bool],
+    follow: Callable[[int], bool],
+    budget: int = 64,
+) -> Node | None:
     seen, queue = set(), [node_id]
     while queue and len(seen) < budget:
         current = dist.node(queue.pop(0))
         if current.id in seen:
             continue
         seen.add(current.id)
-        found = origin(current)
-        if found:
-            return found
+        if accept(current):
+            return current
         queue += [o for o in current.operands if follow(o)]
-    return ""
+    return None
+
+
+def _origin_behind_backward(node: Node, reason: str, dist: Graph, proven: Proven) -> Node | None:
+    """For a missing all-reduce found at an op autograd wrote (its line is a `backward()` or
+    `autograd.grad` call): the op that made the partial sum it should have reduced, when that
+    op has a line of its own (a custom autograd function's backward, Megatron's dgrad
+    product). None otherwise: the finding stays where it is."""
+    if "all-reduce over " not in reason or "missing" not in reason or node.loc is None:
+        return None
+    line = linecache.getline(node.loc.file, node.loc.line)
+    if "backward(" not in line and "autograd.grad(" not in line:
+        return None
+    axis = reason.split("all-reduce over ", 1)[1].split()[0].rstrip(".,;:)")
+
+    def is_partial(i: int) -> bool:
+        return axis in _partial_axes(_layouts(i, proven))
+
+    def made_there(n: Node) -> bool:
+        return is_partial(n.id) and not any(is_partial(o) for o in n.operands)
+
+    start = next((o for o in node.operands if is_partial(o)), None)
+    origin = _nearest_upstream_node(start, dist, made_there, is_partial) if start else None
+    if origin is None or origin.loc is None:
+        return None
+    same = (origin.loc.file, origin.loc.line) == (node.loc.file, node.loc.line)
+    return None if same else origin
 
 
 def _groups_text(groups) -> str:
@@ -490,6 +527,12 @@ def frontier(
             )
             findings += _unrescaled_shift(node, dist, base, proven, findings)
             reason, definite = _explain(node, dist, proven, mesh, fused)
+            origin = _origin_behind_backward(node, reason, dist, proven)
+            if origin is not None:  # the value a missing all-reduce should have reduced, made
+                # in a custom backward; autograd's own op on the `backward()` line is no line
+                # anyone changes
+                reason = f"{reason}; it shows at {node.op} `{node.name}`{at_line(node.loc)}"
+                node = origin
             operands = [describe(o, dist, base, proven) for o in node.operands]
             findings.append(Finding(node, reason, definite, operands))
     findings.sort(key=lambda f: not f.definite)

@@ -132,13 +132,15 @@ def test_a_gpt_training_step_is_proved(tmp_path, options):
 def test_a_qkv_projection_whose_input_gradient_is_not_reduced_is_caught(tmp_path):
     """The first layer's QKV projection built with `disable_grad_reduce` (its input's
     gradient left for another module to reduce): the forward and the loss are unchanged;
-    the norm's gradients below it are partial sums over tp, and the report names the
-    projection's backward product in Megatron's `layers.py` as the unreduced sum."""
+    the norm's gradients below it are partial sums over tp, and the first suspect is the
+    projection's backward product in Megatron's `layers.py`, the unreduced sum."""
     options = ["--part", "gpt", "--loss", "--grad", "--bug", "qkv_grad_not_reduced"]
     report = _verify(tmp_path, *options)
     assert report["verdict"] == "not_equivalent"
     proven = [o["proven"] for o in report["outputs"]]
     assert proven[0] == "replicate" and proven[2:4] == ["partial(sum, tp)"] * 2, proven
-    first = report["suspects"][0]
+    first = report["suspects"][0]  # the product the all-reduce should have reduced, in
+    # Megatron's backward, not autograd's add on the step's `backward()` line where it shows
     assert "all-reduce over tp missing" in first["reason"], first["reason"]
-    assert "tensor_parallel/layers.py" in first["reason"], first["reason"]
+    assert first["file"].endswith("tensor_parallel/layers.py"), first
+    assert "megatron_parts.py" in first["reason"], first["reason"]

@@ -24,9 +24,9 @@ from hf_llama import (  # noqa: E402
 from scalify.api import check_equivalent  # noqa: E402
 
 BATCHED = {"experts_implementation": "batched_mm"}
+# the packed [gate | up] weight's per-part layout, as its DTensor's `_StridedShard` says
 GATE_UP = (
-    "model_layers_0_mlp_experts_gate_up_proj: shard(1, tp, parts=[128, 128]) "
-    "(inferred from how both graphs cut it)"
+    "model_layers_0_mlp_experts_gate_up_proj: shard(1, tp, parts=[128, 128]) (DTensor placement)"
 )
 
 
