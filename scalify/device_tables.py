@@ -20,6 +20,9 @@ the rules relate. Any other table is left as it is.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
+
+import numpy as np
 
 from .ir import Graph, NewNodes, Node, replace_nodes
 
@@ -95,15 +98,31 @@ def _affine(values: list[int]) -> tuple[int, int] | None:
 
 def _coordinate_table(values: list[int], devices: int) -> tuple[tuple[int, int], int, int] | None:
     """((s, n), t0, k) when t[i] = t0 + k * ((i / s) % n), the smallest such s and n."""
+    fit = coordinate_fit([np.asarray(v) for v in values], devices)
+    return None if fit is None else (fit[0], values[0], fit[1])
+
+
+def coordinate_fit(
+    per_device: Sequence[np.ndarray], devices: int
+) -> tuple[tuple[int, int], int] | None:
+    """((s, n), k) when the value on device i is the value on device 0 plus the integer
+    `k * ((i / s) % n)` everywhere, for the smallest such s and n: a value affine in the
+    device's coordinate on the mesh axis of n devices and stride s (a table of offsets, or
+    the positions a device counts from its own offset, literal_arrays.py)."""
+    first = np.asarray(per_device[0]).astype(np.int64)
     for stride in (s for s in range(1, devices + 1) if devices % s == 0):
         for count in (n for n in range(2, devices // stride + 1) if devices % (stride * n) == 0):
-            per = [values[j * stride] for j in range(count)]
-            affine = _affine(per)
-            if affine is None:
+            steps = np.asarray(per_device[stride]).astype(np.int64) - first
+            if steps.size == 0 or not (steps == steps.flat[0]).all():
                 continue
-            start, step = affine
-            if all(v == start + step * ((i // stride) % count) for i, v in enumerate(values)):
-                return (stride, count), start, step
+            step = int(steps.flat[0])
+            if all(
+                np.array_equal(
+                    np.asarray(v).astype(np.int64), first + step * ((i // stride) % count)
+                )
+                for i, v in enumerate(per_device)
+            ):
+                return (stride, count), step
     return None
 
 

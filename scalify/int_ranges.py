@@ -79,13 +79,16 @@ def fold_int_ranges(graph: Graph, guarded: GuardedRange | None = None) -> dict[i
 def lookup_index_inputs(graph: Graph) -> dict[int, tuple[int, int]]:
     """Integer inputs used as a lookup's index, with the range [0, rows - 1] they are
     assumed to lie in (the tightest over every lookup that uses them)."""
+    from .one_hot import one_hot_parts  # (one_hot.py reads ranges: imported here)
+
     assumed: dict[int, tuple[int, int]] = {}
     for node in graph.nodes.values():
         if node.op in ("take", "take_along"):
             rows = graph.nodes[node.operands[0]].shape[int(node.attrs["dim"])]
             index = node.operands[1]
-        elif (hot := _one_hot_index(graph, node)) is not None:
-            index, rows = hot  # a lookup in the identity (a gradient's scatter at the labels)
+        elif node.op == "compare" and (hot := one_hot_parts(node, graph)) is not None:
+            index, _, rows = hot  # a lookup in the identity (a loss backward's scatter at
+            # the labels)
         else:
             continue
         source = _unwrapped(graph, index)
@@ -93,25 +96,6 @@ def lookup_index_inputs(graph: Graph) -> dict[int, tuple[int, int]]:
             lo, hi = assumed.get(source, (0, rows - 1))
             assumed[source] = (lo, min(hi, rows - 1))
     return assumed
-
-
-def _one_hot_index(graph: Graph, node: Node) -> tuple[int, int] | None:
-    """(index, size) for `broadcast(index) == iota` along the one dim the broadcast adds: a
-    one-hot of `size` classes, as cross-entropy's backward scatters at the labels."""
-    if node.op != "compare" or node.attrs.get("direction") != "EQ" or len(node.operands) != 2:
-        return None
-    for spread, count in (node.operands, node.operands[::-1]):
-        wide, iota = graph.nodes[spread], graph.nodes[count]
-        if wide.op != "broadcast" or not is_int_dtype(wide.dtype):
-            continue
-        new = [d for d in range(len(wide.shape)) if d not in tuple(wide.attrs["dims"])]
-        if len(new) != 1:
-            continue
-        (dim,) = new
-        along = iota.op == "iota" and int(iota.attrs.get("dim", 0)) == dim
-        if along and iota.shape == wide.shape:
-            return wide.operands[0], wide.shape[dim]
-    return None
 
 
 def _unwrapped(graph: Graph, node_id: int) -> int:

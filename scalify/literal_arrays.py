@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .device_tables import coordinate_fit
 from .int_ranges import is_int_dtype
 from .ir import Graph, Node
 from .ops import COLLECTIVES
@@ -96,6 +97,7 @@ class _DeviceValues:
             if n.op == "rank_index" and n.attrs.get("kind") == "partition"
         ]
         self.evaluable: set[int] = set()
+        self.values: list[dict[int, np.ndarray]] = []
         if not self.ids or not 2 <= self.devices <= MAX_DEVICES:
             return
         dependent = set(self.ids)
@@ -106,7 +108,7 @@ class _DeviceValues:
             if node.operands and all(inputs) and any(o in dependent for o in node.operands):
                 dependent.add(node.id)
         self.evaluable = {i for i in dependent - set(self.ids) if _evaluable(graph.node(i))}
-        self.values: list[dict[int, np.ndarray]] = [
+        self.values = [
             {pid: np.asarray(device) for pid in self.ids} for device in range(self.devices)
         ]
 
@@ -115,60 +117,29 @@ class _DeviceValues:
             return None  # (a scalar offset is the coordinate arithmetic the rules read; a
             # slice_at is this form already, in a graph canonicalised again)
         per = [_value(self.graph, node, values) for values in self.values]
-        fit = _coordinate_fit(per, self.devices)
-        if fit is None:
-            return None
-        (stride, count), step = fit
-        at_zero = _canonical_form(node, per[0], next_id)
-        if at_zero is None:
-            return None
-        block = _count_block(at_zero, step)
-        if block is not None:  # iota(m) + m * c: the device's block of iota(n * m)
-            made = _Maker(node, next_id)
-            pid = self.graph.node(self.ids[0])
-            coord = made.add("div", (pid.id, made.scalar(stride, pid.dtype)), (), {}, pid.dtype)
-            coord = made.add("rem", (coord, made.scalar(count, pid.dtype)), (), {}, pid.dtype)
-            dim, m = block
-            whole = made.add("iota", (), (count * m,), {"dim": 0})
-            start = made.add("mul", (coord, made.scalar(m, pid.dtype)), (), {}, pid.dtype)
-            attrs = {"dim": 0, "size": m, "parts": count}
-            top = made.add("slice_at", (whole, start), (m,), attrs)
-            if node.shape == (m,):  # the block itself, not an identity broadcast of it
-                made.nodes[-1].id, made.nodes[-1].name = node.id, node.name
-            else:
-                made.last(top, (dim,))
-            return made.nodes
-        return None  # another device-dependent value keeps the ops that compute it
+        fit = coordinate_fit(per, self.devices)
+        block = _count_from_zero(per[0])
+        if fit is None or block is None or fit[1] != block[1]:
+            return None  # other device-dependent values keep the ops that compute them
+        (stride, count), _ = fit
+        dim, m = block  # iota(m) + m * c: the device's block of iota(n * m)
+        made = _Maker(node, next_id)
+        pid = self.graph.node(self.ids[0])
+        coord = made.add("div", (pid.id, made.scalar(stride, pid.dtype)), (), {}, pid.dtype)
+        coord = made.add("rem", (coord, made.scalar(count, pid.dtype)), (), {}, pid.dtype)
+        whole = made.add("iota", (), (count * m,), {"dim": 0})
+        start = made.add("mul", (coord, made.scalar(m, pid.dtype)), (), {}, pid.dtype)
+        attrs = {"dim": 0, "size": m, "parts": count}
+        top = made.add("slice_at", (whole, start), (m,), attrs)
+        if node.shape == (m,):  # the block itself, not an identity broadcast of it
+            made.nodes[-1].id, made.nodes[-1].name = node.id, node.name
+        else:
+            made.last(top, (dim,))
+        return made.nodes
 
 
 # A module of more devices is not evaluated device by device.
 MAX_DEVICES = 64
-
-
-def _coordinate_fit(per: list[np.ndarray], devices: int) -> tuple[tuple[int, int], int] | None:
-    """((s, n), k) when the value on device i is `v0 + k * ((i / s) % n)`, k an integer."""
-    for stride in (s for s in range(1, devices + 1) if devices % s == 0):
-        for count in (n for n in range(2, devices // stride + 1) if devices % (stride * n) == 0):
-            step_array = per[stride].astype(np.int64) - per[0].astype(np.int64)
-            if step_array.size == 0 or not (step_array == step_array.flat[0]).all():
-                continue
-            step = int(step_array.flat[0])
-            if all(
-                np.array_equal(per[i].astype(np.int64), per[0] + step * ((i // stride) % count))
-                for i in range(devices)
-            ):
-                return (stride, count), step
-    return None
-
-
-def _count_block(at_zero: list[Node], step: int) -> tuple[int, int] | None:
-    """(dim, m) when the device-0 form is `iota(m)` broadcast along dim and the step is m."""
-    last = at_zero[-1]
-    top = next((n for n in at_zero if n.id == last.operands[0]), None) if last.operands else None
-    dims = tuple(last.attrs.get("dims", ()))
-    if top is None or top.op != "iota" or len(dims) != 1 or step != top.shape[0]:
-        return None
-    return dims[0], top.shape[0]
 
 
 def _value(graph: Graph, node: Node, values: dict[int, np.ndarray]) -> np.ndarray:
@@ -199,17 +170,10 @@ def _fits(value: np.ndarray, dtype: str) -> bool:
 def _canonical_form(node: Node, value: np.ndarray, next_id: int) -> list[Node] | None:
     """New nodes ending in one with `node`'s id that compute `value`; None when it is no fill
     and no arithmetic count along one dim."""
-    varying = [
-        d
-        for d in range(value.ndim)
-        if not np.array_equal(value, np.take(value, [0], axis=d).repeat(value.shape[d], axis=d))
-    ]
-    if len(varying) > 1:
+    found = _along_one_dim(value)
+    if found is None:
         return None
-    core = value
-    for d in reversed(range(value.ndim)):
-        if d not in varying:
-            core = np.take(core, 0, axis=d)
+    varying, core = found
     made = _Maker(node, next_id)
     if core.ndim == 0:
         top = made.scalar(core.item())
@@ -221,6 +185,32 @@ def _canonical_form(node: Node, value: np.ndarray, next_id: int) -> list[Node] |
         top = made.count(len(core), start, step)
     made.last(top, tuple(varying))
     return made.nodes
+
+
+def _along_one_dim(value: np.ndarray) -> tuple[list[int], np.ndarray] | None:
+    """(the dims along which `value` changes, at most one; its values along them), or None
+    when it changes along several."""
+    varying = [
+        d
+        for d in range(value.ndim)
+        if not np.array_equal(value, np.take(value, [0], axis=d).repeat(value.shape[d], axis=d))
+    ]
+    if len(varying) > 1:
+        return None
+    core = value
+    for d in reversed(range(value.ndim)):
+        if d not in varying:
+            core = np.take(core, 0, axis=d)
+    return varying, core
+
+
+def _count_from_zero(value: np.ndarray) -> tuple[int, int] | None:
+    """(dim, m) when `value` is `iota(m)` along one dim, broadcast along the others."""
+    found = _along_one_dim(value)
+    if found is None or len(found[0]) != 1:
+        return None
+    (dim,), core = found
+    return (dim, len(core)) if np.array_equal(core, np.arange(len(core))) else None
 
 
 class _Maker:

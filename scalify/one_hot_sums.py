@@ -49,7 +49,7 @@ def fold_one_hot_sums(graph: Graph, ranges: Ranges, one_hot_nodes, block_one_hot
 
     def rewrite(node: Node, next_id: int) -> list[Node]:
         if node.op == "select":
-            changed = _read_modify_write(node, graph, next_id)
+            changed = _read_modify_write(node, graph, reader, next_id)
             if not changed:
                 return _unguarded(node, graph, reader, ranges, one_hots, next_id)
             *made, change, applied = changed
@@ -147,7 +147,7 @@ def _broadcast_along(node: Node, dim: int, nodes: dict[int, Node]) -> int | None
 # ---- an entry read, changed and written back
 
 
-def _read_modify_write(node: Node, graph: Graph, next_id: int) -> list[Node]:
+def _read_modify_write(node: Node, graph: Graph, reader: IndexReader, next_id: int) -> list[Node]:
     """`z op select(one_hot_d(k), broadcast(w), 0)` for `select(one_hot_d(k),
     broadcast(take_along_d(z, k) op w), z)`, op `add` or `sub`; the last two nodes made are
     the select and the op. [] where the written value is not z's entry at k changed."""
@@ -163,7 +163,7 @@ def _read_modify_write(node: Node, graph: Graph, next_id: int) -> list[Node]:
         return []
     orders = [change.operands] + ([change.operands[::-1]] if change.op == "add" else [])
     for read, amount in orders:
-        if not _reads_entry_at(read, z, hot.operands[0], dim, nodes):
+        if not _reads_entry_at(read, z, hot.operands[0], dim, reader):
             continue
         new = NewNodes(node, next_id)
         shape, dtype = node.shape, node.dtype
@@ -181,8 +181,9 @@ def _read_modify_write(node: Node, graph: Graph, next_id: int) -> list[Node]:
     return []
 
 
-def _reads_entry_at(read: int, z: int, index: int, dim: int, nodes) -> bool:
+def _reads_entry_at(read: int, z: int, index: int, dim: int, reader: IndexReader) -> bool:
     """Whether `read` is `take_along_d(z, k)` with its unit dim d dropped, k = `index`."""
+    nodes = reader.nodes
     take = nodes[_without_unit_views(read, nodes)]
     if take.op != "take_along" or int(take.attrs.get("dim", -1)) != dim:
         return False
@@ -190,7 +191,7 @@ def _reads_entry_at(read: int, z: int, index: int, dim: int, nodes) -> bool:
     if source != z or take.shape[dim] != 1 or nodes[at].shape != take.shape:
         return False
     kept = tuple(n for d, n in enumerate(take.shape) if d != dim)
-    return kept == nodes[index].shape and _same_value(at, index, nodes)
+    return kept == nodes[index].shape and _same_value(at, index, reader)
 
 
 def _without_unit_views(node_id: int, nodes) -> int:
@@ -203,25 +204,20 @@ def _without_unit_views(node_id: int, nodes) -> int:
     return node_id
 
 
-def _same_value(a: int, b: int, nodes) -> bool:
+def _same_value(a: int, b: int, reader: IndexReader) -> bool:
     """Two nodes that hold the same array up to unit dims: row-major views of one value
     (a view is fixed by its shape), or the same transpose or cast of such (the frontends
     make a view again where the program reuses one)."""
+    nodes = reader.nodes
     if [n for n in nodes[a].shape if n != 1] != [n for n in nodes[b].shape if n != 1]:
         return False
-    a, b = _view_source(a, nodes), _view_source(b, nodes)
+    a, b = reader.down(a, tuple(ROW_MAJOR_VIEWS))[-1], reader.down(b, tuple(ROW_MAJOR_VIEWS))[-1]
     if a == b:
         return True
     x, y = nodes[a], nodes[b]
     if x.op != y.op or x.op not in ("transpose", "convert") or x.attrs != y.attrs:
         return False
-    return x.shape == y.shape and _same_value(x.operands[0], y.operands[0], nodes)
-
-
-def _view_source(node_id: int, nodes) -> int:
-    while (node := nodes[node_id]).op in ROW_MAJOR_VIEWS and node.operands:
-        node_id = node.operands[0]
-    return node_id
+    return x.shape == y.shape and _same_value(x.operands[0], y.operands[0], reader)
 
 
 # ---- a guarded index where the value does not depend on it

@@ -147,22 +147,15 @@ INFERRED = "inferred from how both graphs cut it"
 
 
 def infer_parts(base: Graph, dist: Graph, relations: list[Relation], mesh: Mesh) -> list[Relation]:
-    """Relations inferred from shapes (or read from a DTensor's plain `Shard`) as `shard(d,
-    a)`, given parts where both programs cut
+    """Relations inferred from shapes as `shard(d, a)`, given parts where both programs cut
     the input (or a product of it, followed down to it) at the same boundaries in their own
     units: every boundary at which the baseline cuts dim d, divided by the axis size, is one
     at which the distributed program cuts its block. A plain block could not be cut there
     and give the baseline's pieces, so the parts are what both programs mean. Further cuts of
     the distributed program are its own (a slice at a wrong offset stays a suspect)."""
 
-    def wanted(rel: Relation) -> bool:  # (a DTensor's plain `Shard` says no more than the
-        # shapes do: transformers packs [gate | up] per part under one)
-        plain = all(not p.parts for p in rel.layout)
-        return (
-            rel.source in ("inferred from shapes", "DTensor placement")
-            and plain
-            and bool(rel.layout)
-        )
+    def wanted(rel: Relation) -> bool:
+        return rel.source == "inferred from shapes" and bool(rel.layout)
 
     if not any(map(wanted, relations)):
         return relations

@@ -168,19 +168,27 @@ def _axes_following_tiles(
         for axes in itertools.permutations(free, k):
             if math.prod(size for _, size in axes) != grid[dim]:
                 continue
+            joined = ",".join(n for n, _ in axes)
             if all(
-                _mixed_radix(mesh.coords(device), axes) == index[dim]
+                mesh.coordinate(device, joined) == index[dim]
                 for index, device in zip(positions, devices, strict=True)
             ):
                 return tuple(n for n, _ in axes)
     return ()
 
 
-def _mixed_radix(coords: dict[str, int], axes) -> int:
-    value = 0
-    for name, size in axes:
-        value = value * size + coords[name]
-    return value
+def _annotated_devices(tiles: TileSharding, mesh: Mesh) -> bool:
+    return tiles.devices is not None and len(tiles.devices) == mesh.size
+
+
+def _some_axes_of(count: int, mesh: Mesh, used: set[str]) -> bool:
+    """Whether some unused axes (one or several) have `count` devices in all."""
+    free = [size for name, size in mesh.axes if name not in used and size > 1]
+    return any(
+        math.prod(sizes) == count
+        for k in range(1, len(free) + 1)
+        for sizes in itertools.combinations(free, k)
+    )
 
 
 def _from_tiles(tiles: TileSharding, mesh: Mesh, where: str) -> Layout:
@@ -196,7 +204,7 @@ def _from_tiles(tiles: TileSharding, mesh: Mesh, where: str) -> Layout:
             names = (following,)
         if not names:
             names = _axes_following_tiles(tiles, dim, mesh, used)
-        if not names and tiles.devices is not None and len(tiles.devices) == mesh.size:
+        if not names and _annotated_devices(tiles, mesh) and _some_axes_of(count, mesh, used):
             raise ScalifyError(  # the devices say where the blocks are: no guess from sizes
                 f"dim {dim} is split {count} ways on devices that follow no axis of mesh "
                 f"{mesh}, nor several in turn (row-major device ids)",
@@ -215,8 +223,6 @@ def _axes_for_ratio(ratio: int, mesh: Mesh, used: set[str], where: str, dim: int
     candidates = [n for n, size in mesh.axes if size == ratio and n not in used]
     if len(candidates) == 1:
         return (candidates[0],)
-    if not candidates and (joint := _axes_multiplying_to(ratio, mesh, used)) is not None:
-        return joint
     if not candidates:
         raise ScalifyError(
             f"dim {dim} is split {ratio} ways, which matches no axis of mesh {mesh}",
@@ -228,20 +234,6 @@ def _axes_for_ratio(ratio: int, mesh: Mesh, used: set[str], where: str, dim: int
         f"{mesh}; say which in a --relations file",
         where,
     )
-
-
-def _axes_multiplying_to(ratio: int, mesh: Mesh, used: set[str]) -> tuple[str, ...] | None:
-    """The one set of two or more unused axes (of more than one device) whose sizes multiply
-    to `ratio`, in mesh order: a dim split over several axes nests them as DTensor and XLA
-    do, the first the most significant. None when no set or several do."""
-    free = [(n, size) for n, size in mesh.axes if n not in used and size > 1]
-    found = [
-        tuple(n for n, _ in axes)
-        for k in range(2, len(free) + 1)
-        for axes in itertools.combinations(free, k)
-        if math.prod(size for _, size in axes) == ratio
-    ]
-    return found[0] if len(found) == 1 else None
 
 
 def _from_shapes(

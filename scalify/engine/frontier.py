@@ -479,16 +479,20 @@ def _origin_behind_backward(node: Node, reason: str, dist: Graph, proven: Proven
     line = linecache.getline(node.loc.file, node.loc.line)
     if "backward(" not in line and "autograd.grad(" not in line:
         return None
-    axis = reason.split("all-reduce over ", 1)[1].split()[0].rstrip(".,;:)")
+    partial = next(
+        ((o, axes) for o in node.operands if (axes := _partial_axes(_layouts(o, proven)))), None
+    )
+    if partial is None:
+        return None
+    start, axes = partial
 
     def is_partial(i: int) -> bool:
-        return axis in _partial_axes(_layouts(i, proven))
+        return bool(axes & _partial_axes(_layouts(i, proven)))
 
     def made_there(n: Node) -> bool:
         return is_partial(n.id) and not any(is_partial(o) for o in n.operands)
 
-    start = next((o for o in node.operands if is_partial(o)), None)
-    origin = _nearest_upstream_node(start, dist, made_there, is_partial) if start else None
+    origin = _nearest_upstream_node(start, dist, made_there, is_partial)
     if origin is None or origin.loc is None:
         return None
     same = (origin.loc.file, origin.loc.line) == (node.loc.file, node.loc.line)

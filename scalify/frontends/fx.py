@@ -2185,8 +2185,10 @@ class _Lowering:
         source line."""
         collective, gathered, size = source
         x = self.tensor(gathered)
+        at = _GROUP_ARG["all_gather_into_tensor"]  # (the gather the source was read from)
+        args = collective.args
         ranks = self.group_ranks(
-            collective.args[2] if len(collective.args) > 2 else collective.kwargs.get("group_name")
+            args[at] if len(args) > at else collective.kwargs.get("group_name")
         )
         out = self.emit_collective(
             "all_gather", x, shape, self.dtype(x), size, dim=dim, ranks=ranks

@@ -75,3 +75,21 @@ def test_an_all_reduce_taken_out_is_caught(tmp_path):
     )
     assert report.verdict == "not_equivalent"
     assert "all-reduce over tp missing" in report.suspects[0].reason, report.suspects[0].reason
+
+
+def test_a_lookup_reduced_over_one_of_its_two_axes_is_caught(tmp_path):
+    """fsdp 2 x sp 2: the embedding is split over both axes at once, so each device's lookup
+    is a partial sum over the two (read one axis after the other); its all-reduce narrowed
+    to the sp devices only leaves it partial over fsdp."""
+    text = gzip.decompress((HERE / "fsdp2_sp2_dist.hlo.gz").read_bytes()).decode()
+    whole = "replica_groups=mesh['axis_0'=4,'axis_1'=1] {'axis_0'}"
+    first = text.index("all-reduce(")
+    line_end = text.index("\n", first)
+    assert whole in text[first:line_end]  # the lookup's all-reduce, over all four devices
+    narrowed = text[first:line_end].replace(whole, "replica_groups={{0,1},{2,3}}")
+    broken = tmp_path / "dist.hlo"
+    broken.write_text(text[:first] + narrowed + text[line_end:])
+    mesh = CASES["fsdp2_sp2"]
+    report = verify_files(str(HERE / "fsdp2_sp2_baseline.hlo.gz"), str(broken), RULES, mesh=mesh)
+    assert report.verdict == "not_equivalent"
+    assert "fsdp" in report.suspects[0].reason, report.suspects[0].reason
