@@ -79,19 +79,12 @@ def fold_int_ranges(graph: Graph, guarded: GuardedRange | None = None) -> dict[i
 def lookup_index_inputs(graph: Graph) -> dict[int, tuple[int, int]]:
     """Integer inputs used as a lookup's index, with the range [0, rows - 1] they are
     assumed to lie in (the tightest over every lookup that uses them)."""
-    from .one_hot import one_hot_parts  # (one_hot.py reads ranges: imported here)
-
     assumed: dict[int, tuple[int, int]] = {}
     for node in graph.nodes.values():
-        if node.op in ("take", "take_along"):
-            rows = graph.nodes[node.operands[0]].shape[int(node.attrs["dim"])]
-            index = node.operands[1]
-        elif node.op == "compare" and (hot := one_hot_parts(node, graph)) is not None:
-            index, _, rows = hot  # a lookup in the identity (a loss backward's scatter at
-            # the labels)
-        else:
-            continue
-        source = _unwrapped(graph, index)
+        if node.op not in ("take", "take_along"):
+            continue  # (a one-hot needs nothing assumed: an index out of range is a zero row)
+        rows = graph.nodes[node.operands[0]].shape[int(node.attrs["dim"])]
+        source = _unwrapped(graph, node.operands[1])
         if graph.nodes[source].op == "parameter" and is_int_dtype(graph.nodes[source].dtype):
             lo, hi = assumed.get(source, (0, rows - 1))
             assumed[source] = (lo, min(hi, rows - 1))

@@ -26,7 +26,7 @@ def fold_one_hots(graph: Graph, ranges: dict[int, tuple[float, float]]) -> None:
     reader = IndexReader(graph)
 
     def rewrite(node: Node, next_id: int) -> list[Node]:
-        found = one_hot_parts(node, graph) if node.op == "compare" else None
+        found = _one_hot_parts(node, graph) if node.op == "compare" else None
         if found is None:
             return []
         return _one_hot_nodes(node, *found, reader, ranges, graph, next_id)
@@ -43,7 +43,7 @@ def fold_one_hots(graph: Graph, ranges: dict[int, tuple[float, float]]) -> None:
     fold_one_hot_sums(graph, ranges, one_hot_nodes, block_one_hot)
 
 
-def one_hot_parts(node: Node, graph: Graph) -> tuple[int, int, int] | None:
+def _one_hot_parts(node: Node, graph: Graph) -> tuple[int, int, int] | None:
     """(index, new dim, size) of `broadcast(index) == iota` along one new dim."""
     if node.attrs.get("direction") != "EQ" or node.dtype != "pred":
         return None

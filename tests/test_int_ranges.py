@@ -130,16 +130,3 @@ def test_a_guard_that_is_not_the_blocks_decides_nothing():
         "  guarded = s32[4] select(outside, zero, shifted)",
     )
     assert output(load(body)).op == "compare"
-
-
-def test_labels_one_hot_encoded_are_assumed_among_the_classes():
-    """A training step's loss backward scatters at the labels (`labels == iota`): a lookup
-    in the identity, so the labels are assumed to be classes, as a gather's index is."""
-    graph = load(
-        """  labels = s32[4] parameter(0)
-  spread = s32[4,16] broadcast(labels), dimensions={0}
-  classes = s32[4,16] iota(), iota_dimension=1
-  ROOT hot = pred[4,16] compare(spread, classes), direction=EQ"""
-    )
-    (labels,) = [graph.node(i) for i in graph.inputs]
-    assert labels.attrs.get("assumed_range") == (0, 15)

@@ -462,7 +462,10 @@ def _titan_fsdp_step(local_token_count: bool, tp: int = 1):
                 loss, _ = loss_fn(m(tokens), labels, torch.tensor(float(count(labels))))
                 with spmd_types.no_typecheck():
                     loss.backward()
-            return [p.grad for p in weights]
+            grads = [p.grad for p in weights]
+            # with TP the loss is vocab-parallel and returned: its lookup at the labels is
+            # what the labels' range is assumed from (the backward's one-hot needs none)
+            return (loss, grads) if tp > 1 else grads
 
         return train_step
 
@@ -474,7 +477,10 @@ def _titan_fsdp_step(local_token_count: bool, tp: int = 1):
 
     tokens = torch.randint(0, VOCAB, (batch, SEQ), generator=torch.Generator().manual_seed(1))
     labels = torch.randint(0, VOCAB, (batch, SEQ), generator=torch.Generator().manual_seed(2))
-    relations = {"inputs": {"tokens": "shard(0, dp_shard)", "labels": "shard(0, dp_shard)"}}
+    relations: dict = {"inputs": {"tokens": "shard(0, dp_shard)", "labels": "shard(0, dp_shard)"}}
+    if tp > 1:  # each device's loss is its share of the global sum until the trainer reduces it
+        weights = len(list(baseline.parameters()))
+        relations["outputs"] = ["partial(sum, dp_shard)"] + [None] * weights
     return check_equivalent(
         step_of(baseline, global_count),
         step_of(model, own_count if local_token_count else global_count, context),
@@ -500,7 +506,8 @@ def test_torchtitans_simple_fsdp_with_tp_training_step_is_proved():
     each device's own group."""
     report = _titan_fsdp_step(local_token_count=False, tp=2)
     assert report.verdict == "equivalent", [s.reason for s in report.suspects[:2]]
-    layouts = {o.proven for o in report.outputs}
+    assert report.outputs[0].proven == "partial(sum, dp_shard)"
+    layouts = {o.proven for o in report.outputs[1:]}
     assert layouts <= {
         "shard(0, tp) shard(0, dp_shard)",
         "shard(0, dp_shard) shard(1, tp)",
