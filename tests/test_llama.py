@@ -147,14 +147,20 @@ def test_full_model_bug_is_caught_at_its_line(cli, full_model, bug):
 
 def test_cross_entropy_on_gathered_logits_names_the_gather(cli, full_model):
     """The loss's exp-sum all-reduce adds a value the all-gather already completed: the first
-    suspect is that all-reduce, and its reason names the gather's line (the one-line bug)."""
+    suspect is the root cause, that gather (the one-line bug), and its reason says where the
+    graphs part (the all-reduce)."""
     _, out = full_model
     code, report = verify(cli, out, "tp_vocab_ce_on_gathered_logits")
     assert (code, report["verdict"]) == (1, "not_equivalent")
     first = report["suspects"][0]
-    assert first["op"] == "all_reduce"
-    gather = f"all_gather at examples/llama/model.py:{bug_line('vocab_ce_on_gathered_logits')}"
-    assert gather in first["reason"]
+    line = bug_line("vocab_ce_on_gathered_logits")
+    assert (first["op"], first["file"], first["line"]) == (
+        "all_gather",
+        "examples/llama/model.py",
+        line,
+    )
+    assert f"all_gather at examples/llama/model.py:{line}" in first["reason"]
+    assert "it shows at all_reduce" in first["reason"]
 
 
 @pytest.fixture(scope="module", params=[2, 4, 8], ids=lambda tp: f"fused_tp{tp}")
@@ -171,13 +177,15 @@ def test_fused_projections_with_a_per_part_layout_verify(cli, fused):
 
 @pytest.mark.parametrize("bug", ["fused_qkv_one_block", "fused_gate_up_one_block"])
 def test_fused_weight_cut_as_one_block_is_traced_to_its_line(cli, fused, bug):
-    """The values part at the local split (a slice of a dim split over tp); the reason names
-    the one-block cut at the BUG line as where that shard came from."""
+    """The values part at the local split (a slice of a dim split over tp); the first suspect
+    is the root cause, the one-block cut at the BUG line where that shard came from, and its
+    reason says where the values part."""
     code, report = verify(cli, fused, f"tp_{bug}")
     assert (code, report["verdict"]) == (1, "not_equivalent")
     first = report["suspects"][0]
-    assert first["op"] == "slice"
+    assert (first["op"], first["line"]) == ("slice_at", bug_line(bug))
     assert f"slice_at at examples/llama/model.py:{bug_line(bug)}" in first["reason"]
+    assert "it shows at slice" in first["reason"]
 
 
 def test_interleaved_rope_verifies(cli, tmp_path):

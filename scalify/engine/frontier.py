@@ -10,6 +10,7 @@ from __future__ import annotations
 import linecache
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from scalify.ir import Graph, Node, at_line
 from scalify.layout import Layout, canonical, layout_str
@@ -19,6 +20,12 @@ from scalify.ops.collectives import collective_axes
 
 Proven = dict[int, set[tuple[Layout, int]]]
 LITERALS = {"constant", "iota"}
+
+
+class Explanation(NamedTuple):
+    reason: str
+    definite: bool
+    origin: Node | None = None  # the op upstream the reason names as the cause
 
 
 @dataclass
@@ -93,20 +100,22 @@ def _partial_axes(layouts: list[Layout]) -> set[str]:
 
 def _explain(
     node: Node, dist: Graph, proven: Proven, mesh: Mesh, fused: frozenset[int] = frozenset()
-) -> tuple[str, bool]:
+) -> Explanation:
+    """Why `node` breaks agreement, whether that is certain, and the op upstream that caused
+    it when the reason names one (the root cause, reported first)."""
     operand_layouts = [_layouts(o, proven) for o in node.operands]
     if node.op in COLLECTIVES and node.op != "collective_permute":
         axes = collective_axes(node, mesh)
         if axes.startswith("groups"):
             expected = "; ".join(f"{a}: {_groups_text(mesh.groups((a,)))}" for a in mesh.names)
-            return (
+            return Explanation(
                 f"{node.op} over replica groups {axes[6:]}, which are not the groups of any "
                 f"mesh axis ({expected}): the reduction runs over the wrong devices",
                 True,
             )
         partial = _partial_axes(operand_layouts[0])
         if any(p.kind == "rescaled" for lay in operand_layouts[0] for p in lay):
-            return (
+            return Explanation(
                 f"{node.op} over {axes} sums per-chunk values that are each still relative "
                 "to their chunk's own max (split-KV form): each must be multiplied by "
                 "exp(chunk max - global max) before the sum, and on this path it is not",
@@ -117,7 +126,7 @@ def _explain(
         } & set(axes.split(","))
         if node.op in ("all_reduce", "reduce_scatter") and not partial and sharded_over:
             axis = sorted(sharded_over)[0]
-            return (
+            return Explanation(
                 f"{node.op} over {axes} of a value split over {axis} (each device holds a "
                 "different block, e.g. different tokens): it adds blocks that do not belong "
                 "together; a gather, or no collective, was meant",
@@ -133,7 +142,7 @@ def _explain(
             scale = 1
             for a in axes.split(","):
                 scale *= mesh.axis_size(a)
-            return (
+            return Explanation(
                 f"{node.op} over {axes} of `{source.name}`{at_line(source.loc)}, already "
                 f"summed over {axes}: the result is {scale}x too large; is the reduction "
                 "applied twice? (JAX's autodiff already sums the gradient of a weight that is "
@@ -146,21 +155,22 @@ def _explain(
                 for a in axes.split(","):
                     scale *= mesh.axis_size(a)
                 since = _completed_at(node.operands[0], dist, proven)
-                return (
+                return Explanation(
                     f"{node.op} over {axes} of a value that is already complete on every "
                     f"device ({layout_str(operand_layouts[0][0])}"
-                    + (f", since the {since}" if since else "")
+                    + (f", since the {_origin_text(since, dist)}" if since else "")
                     + f"): the result is {scale}x too large; is the reduction applied twice?",
                     True,
+                    since,
                 )
             if partial and axes not in partial:
-                return (
+                return Explanation(
                     f"{node.op} over {axes}, but its operand is a partial sum over "
                     f"{', '.join(sorted(partial))}: the reduction runs over the wrong "
                     "devices",
                     True,
                 )
-        return (
+        return Explanation(
             f"{node.op} over {axes} does not match its operand's layout "
             f"({_layouts_text(operand_layouts[0])})",
             False,
@@ -179,7 +189,7 @@ def _explain(
     )
     rescale = _rescale_exponent(node, dist, operand_layouts) or _lse_misuse(node, operand_layouts)
     if rescale:
-        return rescale, False
+        return Explanation(rescale, False)
     if ("max" in partial_ops or "min" in partial_ops) and not moves_data:
         op = "max" if "max" in partial_ops else "min"
         axis = partial_ops[op]
@@ -187,7 +197,7 @@ def _explain(
         # one partial max and a complete value is the classic missing-reduction bug.
         complete = [lays for lays in operand_layouts if lays and not _partial_axes(lays)]
         definite = node.op in ("add", "sub", "mul", "div") and bool(complete)
-        return (
+        return Explanation(
             f"{node.op} uses a partial {op} over {axis} (each device holds only its own "
             f"{op}) as if it were complete: a {op} all-reduce over {axis} is missing "
             "before this op",
@@ -200,7 +210,7 @@ def _explain(
         if any(kinds) and not all(kinds) and all(operand_layouts):
             axis = sorted(_partial_axes(operand_layouts[kinds.index(True)]))[0]
             made = _partial_made_at(node.operands[kinds.index(True)], axis, dist, proven)
-            return (
+            return Explanation(
                 f"{node.op} of a partial sum over {axis} and a complete value: the complete "
                 f"value is counted {mesh.axis_size(axis)} times once the partial sum is "
                 f"reduced (a bias added before the all-reduce, or an all-reduce over {axis} "
@@ -228,7 +238,7 @@ def _explain(
             if axis in _partial_axes(lays)
         )
         made = _partial_made_at(partial, axis, dist, proven)
-        return (
+        return Explanation(
             f"{node.op} of a partial sum over {axis}: it is not linear, so each device's "
             f"part gives a wrong result; an all-reduce over {axis} is missing before "
             "this op" + (f" (the partial sum is the {made})" if made else ""),
@@ -237,7 +247,7 @@ def _explain(
     shards = [p for lays in operand_layouts[:1] for lay in lays for p in lay if p.kind == "shard"]
     if node.op == "reduce" and any(p.dim in node.attrs["dims"] for p in shards):
         axis = next(p.axis for p in shards if p.dim in node.attrs["dims"])
-        return (
+        return Explanation(
             f"reduce over dims {list(node.attrs['dims'])} covers a dim split over {axis}: each "
             f"device reduces only its own block, a value the baseline never computes (a "
             f"reduction over all of the dim needs an all-reduce over {axis} here)",
@@ -245,28 +255,29 @@ def _explain(
         )
     mismatch = _contraction_order_mismatch(node, dist, operand_layouts)
     if mismatch:
-        return mismatch, True
+        return Explanation(mismatch, True)
     cut = _cut_dims(node, dist)
     if node.op == "slice" and any(p.dim in cut for p in shards):
         p = next(p for p in shards if p.dim in cut)
         origin = _sharded_at(node.operands[0], dist, proven)
-        return (
+        return Explanation(
             f"slice of dim {p.dim}, which is split over {p.axis}"
-            + (f" (since the {origin})" if origin else "")
+            + (f" (since the {_origin_text(origin, dist)})" if origin else "")
             + ": every device cuts its own block at the same offsets, so the pieces are no "
             "blocks of the baseline's pieces (a fused weight or product cut as one block "
             "instead of per part?)",
             False,
+            origin,
         )
     if node.op == "slice" and not operand_layouts[0] and node.operands[0] in fused:
-        return (
+        return Explanation(
             "a piece of a value built block by block (a fused weight or its product) that is "
             "no block of any baseline piece: the cut's offsets or sizes do not line up with "
             "the parts the value was built from (split sizes from the wrong dimension?)",
             False,
         )
     if node.op == "split" and any(p.dim == node.attrs["dim"] for p in shards):
-        return (
+        return Explanation(
             f"reshape splits the sharded dim {node.attrs['dim']} so that its inner part has "
             f"{node.attrs['inner']} elements per device: the shard no longer lands on the "
             "outer factor, so each device holds pieces of every block (e.g. heads and "
@@ -274,19 +285,19 @@ def _explain(
             True,
         )
     if node.op == "merge" and any(p.dim == node.attrs["dim"] + 1 for p in shards):
-        return (
+        return Explanation(
             f"reshape merges dims {node.attrs['dim']} and {node.attrs['dim'] + 1}, but the "
             "sharded one is the inner dim: the merged dim is not one block per device",
             True,
         )
     if node.op == "transpose" and shards:
-        return (
+        return Explanation(
             f"transpose {list(node.attrs['perm'])} of a sharded operand gives a layout no "
             "baseline node has: the dims are permuted differently from the baseline",
             False,
         )
     if node.op == "convert":
-        return (
+        return Explanation(
             f"convert to {node.dtype}: the baseline computes no such conversion here "
             "(the two pipelines use different precisions)",
             True,
@@ -294,17 +305,17 @@ def _explain(
     if node.op in ("add", "sub") and len(node.operands) == 2:
         counted = _partial_over_fewer_axes(operand_layouts, mesh)
         if counted:
-            return counted, True
+            return Explanation(counted, True)
     if node.op in ELEMENTWISE and len(node.operands) > 1:
         texts = {_layouts_text(lays) for lays in operand_layouts if lays}
         if len(texts) > 1 and "replicate" not in texts:
-            return (
+            return Explanation(
                 f"elementwise {node.op} of operands related to the baseline by different "
                 f"layouts: {' vs '.join(sorted(texts))}",
                 True,
             )
     if node.op == "opaque":
-        return (
+        return Explanation(
             f"opaque op `{node.attrs.get('hlo_op', '?')}`: Scalify has no semantics for "
             "it, so it only matches the identical baseline op on identical operands",
             False,
@@ -314,13 +325,13 @@ def _explain(
         for o, lays in zip(node.operands, operand_layouts, strict=True)
     ]
     if node.op in ELEMENTWISE and set(texts) <= {"replicate", "literal"} and "literal" in texts:
-        return (
+        return Explanation(
             f"{node.op} of a complete value and a literal gives a value the baseline never "
             "computes: check the constant against the baseline's (a scale by the wrong "
             "group size, or a wrong constant)",
             False,
         )
-    return (
+    return Explanation(
         f"no rule relates {node.op}({', '.join(texts)}) to a node of the baseline: the "
         "baseline computes no such value, or a rule is missing",
         False,
@@ -390,20 +401,27 @@ def _cut_dims(node: Node, dist: Graph) -> set[int]:
     }
 
 
-def _sharded_at(node_id: int, dist: Graph, proven: Proven) -> str:
+def _sharded_at(node_id: int, dist: Graph, proven: Proven) -> Node | None:
     """Where a sharded value got its shard: the nearest device slice, input or collective
-    upstream that is sharded, as `op at file:line` (or `input NAME`)."""
+    upstream that is sharded."""
 
-    def origin(node: Node) -> str:
+    def made_there(node: Node) -> bool:
         if node.op == "parameter":
-            return f"input `{dist.input_name(node.id)}`"
-        if node.op in ("slice_at", "reduce_scatter", "all_to_all") and node.loc:
-            return f"{node.op} at {node.loc.file}:{node.loc.line}"
-        return ""
+            return True
+        return node.op in ("slice_at", "reduce_scatter", "all_to_all") and node.loc is not None
 
-    return _nearest_upstream(
-        node_id, dist, origin, lambda o: any(map(_has_shard, _layouts(o, proven)))
+    return _nearest_upstream_node(
+        node_id, dist, made_there, lambda o: any(map(_has_shard, _layouts(o, proven)))
     )
+
+
+def _origin_text(node: Node | None, dist: Graph) -> str:
+    """An origin as a reason names it: `op at file:line`, or `input NAME`."""
+    if node is None:
+        return ""
+    if node.op == "parameter":
+        return f"input `{dist.input_name(node.id)}`"
+    return f"{node.op} at {node.loc.file}:{node.loc.line}" if node.loc else ""
 
 
 def _partial_made_at(node_id: int, axis: str, dist: Graph, proven: Proven) -> str:
@@ -426,16 +444,14 @@ def _has_shard(layout: Layout) -> bool:
     return any(p.kind == "shard" for p in layout)
 
 
-def _completed_at(node_id: int, dist: Graph, proven: Proven) -> str:
+def _completed_at(node_id: int, dist: Graph, proven: Proven) -> Node | None:
     """The nearest collective upstream of a complete value that made it complete (an
-    all-gather or all-reduce), as `op at file:line`: where a reduction applied twice began."""
+    all-gather or all-reduce): where a reduction applied twice began."""
 
-    def origin(node: Node) -> str:
-        if node.op in ("all_gather", "all_reduce") and node.loc is not None:
-            return f"{node.op} at {node.loc.file}:{node.loc.line}"
-        return ""
+    def made_there(node: Node) -> bool:
+        return node.op in ("all_gather", "all_reduce") and node.loc is not None
 
-    return _nearest_upstream(node_id, dist, origin, lambda o: o in proven)
+    return _nearest_upstream_node(node_id, dist, made_there, lambda o: o in proven)
 
 
 def _nearest_upstream(
@@ -469,6 +485,16 @@ def _nearest_upstream_node(
     return None
 
 
+def _elsewhere(origin: Node | None, node: Node) -> Node | None:
+    """The origin a reason names, when it is an op on another line than `node` (an input's
+    layout comes from the relations, not a line of code; an op on the same line adds nothing
+    to where the finding already is)."""
+    if origin is None or origin.op == "parameter" or origin.loc is None or node.loc is None:
+        return None
+    same = (origin.loc.file, origin.loc.line) == (node.loc.file, node.loc.line)
+    return None if same else origin
+
+
 def _origin_behind_backward(node: Node, reason: str, dist: Graph, proven: Proven) -> Node | None:
     """For a missing all-reduce found at an op autograd wrote (its line is a `backward()` or
     `autograd.grad` call): the op that made the partial sum it should have reduced, when that
@@ -492,11 +518,7 @@ def _origin_behind_backward(node: Node, reason: str, dist: Graph, proven: Proven
     def made_there(n: Node) -> bool:
         return is_partial(n.id) and not any(is_partial(o) for o in n.operands)
 
-    origin = _nearest_upstream_node(start, dist, made_there, is_partial)
-    if origin is None or origin.loc is None:
-        return None
-    same = (origin.loc.file, origin.loc.line) == (node.loc.file, node.loc.line)
-    return None if same else origin
+    return _elsewhere(_nearest_upstream_node(start, dist, made_there, is_partial), node)
 
 
 def _groups_text(groups) -> str:
@@ -530,11 +552,9 @@ def frontier(
                 node, dist, base, proven, replicated, findings, mesh
             )
             findings += _unrescaled_shift(node, dist, base, proven, findings)
-            reason, definite = _explain(node, dist, proven, mesh, fused)
-            origin = _origin_behind_backward(node, reason, dist, proven)
-            if origin is not None:  # the value a missing all-reduce should have reduced, made
-                # in a custom backward; autograd's own op on the `backward()` line is no line
-                # anyone changes
+            reason, definite, named = _explain(node, dist, proven, mesh, fused)
+            origin = _elsewhere(named, node) or _origin_behind_backward(node, reason, dist, proven)
+            if origin is not None:  # the root cause first, where it shows second
                 reason = f"{reason}; it shows at {node.op} `{node.name}`{at_line(node.loc)}"
                 node = origin
             operands = [describe(o, dist, base, proven) for o in node.operands]
@@ -611,7 +631,7 @@ def _same_everywhere_sources(
         if origin.op in COLLECTIVES and upstream is not None:
             if upstream.id not in known:
                 known.add(upstream.id)
-                reason, definite = _explain(upstream, dist, proven, mesh)
+                reason, definite, _ = _explain(upstream, dist, proven, mesh)
                 operands = [describe(o, dist, base, proven) for o in upstream.operands]
                 out.append(Finding(upstream, reason, definite, operands))
             continue
