@@ -33,7 +33,8 @@ class MutationScore:
     wrongly_proved: list[str] = field(default_factory=list)
     not_simulable: int = 0
     located: int = 0  # caught mutants whose mutated op has a source line
-    first_at_line: int = 0  # ... whose first suspect is on it
+    first_at_line: int = 0  # ... whose first suspect is on it (its own line or its second)
+    first_own_line: int = 0  # ... whose first suspect's own line is it
     top3_at_line: int = 0  # ... with it among the first three suspects
 
     def add(self, other: MutationScore) -> None:
@@ -44,13 +45,15 @@ class MutationScore:
         self.not_simulable += other.not_simulable
         self.located += other.located
         self.first_at_line += other.first_at_line
+        self.first_own_line += other.first_own_line
         self.top3_at_line += other.top3_at_line
 
     def line(self) -> str:
         return (
             f"tried {self.tried}, differing {self.differing}, caught {self.caught}, "
             f"wrongly proved {len(self.wrongly_proved)}, not simulable {self.not_simulable}; "
-            f"localised: first suspect at the line {self.first_at_line}/{self.located}, "
+            f"localised: first suspect at the line {self.first_at_line}/{self.located} "
+            f"(on its own line {self.first_own_line}), "
             f"in the first three {self.top3_at_line}/{self.located}"
         )
 
@@ -265,8 +268,9 @@ def score(base: Graph, dist: Graph, rules, mesh: Mesh, given=None) -> MutationSc
             continue
         result.caught += 1
         if mutant.sites:
-            lines = [(s.file, s.line) for s in report.suspects[:3]]
+            hits = [any(line in mutant.sites for line in s.sites()) for s in report.suspects[:3]]
             result.located += 1
-            result.first_at_line += bool(lines) and lines[0] in mutant.sites
-            result.top3_at_line += any(line in mutant.sites for line in lines)
+            result.first_at_line += bool(hits) and hits[0]
+            result.first_own_line += bool(hits) and report.suspects[0].sites()[0] in mutant.sites
+            result.top3_at_line += any(hits)
     return result

@@ -21,7 +21,7 @@ from .engine.encode import (
     signature_facts,
     vocabulary_facts,
 )
-from .engine.frontier import frontier, output_mismatch
+from .engine.frontier import frontier, output_mismatch, partial_origin
 from .engine.scaling import scaled_outputs, scaling_facts
 from .errors import ScalifyError
 from .frontends import load_graph
@@ -51,7 +51,7 @@ from .relations import (
     output_relations,
     read_relations_file,
 )
-from .report.model import EQUIVALENT, NOT_EQUIVALENT, UNKNOWN, OutputResult, Report, Suspect
+from .report.model import EQUIVALENT, NOT_EQUIVALENT, UNKNOWN, OutputResult, Report, Site, Suspect
 from .simulate import NotSimulable, simulate
 from .slice_views import with_slice_alternatives
 from .unit_broadcasts import with_unit_broadcast_forms
@@ -508,7 +508,7 @@ def _decide(base: Graph, dist: Graph, mesh: Mesh, outputs: list[Relation], proof
     findings = frontier(
         where_dist, where_base, where.relations, mesh, where.replicated | where.reached
     ) or frontier(where_dist, where_base, where.relations, mesh, where.reached)
-    suspects = [_suspect(f.node, f.reason, f.operands) for f in findings]
+    suspects = [_suspect(f.node, f.reason, f.operands, f.second) for f in findings]
     for suspect, f in zip(suspects[:PICTURED_SUSPECTS], findings, strict=False):
         suspect.neighbourhood = neighbourhood(
             f.node.id, where_dist, where_base, where.relations, where.replicated
@@ -532,7 +532,10 @@ def _decide(base: Graph, dist: Graph, mesh: Mesh, outputs: list[Relation], proof
             continue
         if layouts and not findings:
             node = dist.node(rel.dist_id)
-            suspects.append(_suspect(node, output_mismatch(node, rel.layout, layouts), []))
+            made = partial_origin(node.id, dist, proof.relations)
+            second = (made, "partial reduction made at") if made not in (None, node) else None
+            reason = output_mismatch(node, rel.layout, layouts)
+            suspects.append(_suspect(node, reason, [], second))
             suspects[-1].neighbourhood = neighbourhood(
                 node.id, dist, base, proof.relations, proof.replicated
             )
@@ -540,8 +543,14 @@ def _decide(base: Graph, dist: Graph, mesh: Mesh, outputs: list[Relation], proof
     return results, suspects, definite
 
 
-def _suspect(node, reason: str, operands: list[str]) -> Suspect:
+def _suspect(node, reason: str, operands: list[str], second=None) -> Suspect:
     loc = node.loc
+    if second is not None:
+        other, role = second
+        where = other.loc
+        second = Site(
+            role, other.op, other.name, where.file if where else "", where.line if where else 0
+        )
     return Suspect(
         op=node.op,
         node=node.name,
@@ -552,6 +561,7 @@ def _suspect(node, reason: str, operands: list[str]) -> Suspect:
         operands=operands,
         framework_op=node.framework_op,
         called_from=str(loc.call_site) if loc and loc.call_site else "",
+        second=second,
     )
 
 

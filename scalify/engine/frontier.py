@@ -26,6 +26,7 @@ class Explanation(NamedTuple):
     reason: str
     definite: bool
     origin: Node | None = None  # the op upstream the reason names as the cause
+    made: Node | None = None  # where the partial sum a missing all-reduce should reduce was made
 
 
 @dataclass
@@ -34,6 +35,7 @@ class Finding:
     reason: str
     definite: bool
     operands: list[str]
+    second: tuple[Node, str] | None = None  # another op the finding involves, and its role
 
 
 def _is_literal(node: Node, graph: Graph) -> bool:
@@ -120,6 +122,7 @@ def _explain(
                 "to their chunk's own max (split-KV form): each must be multiplied by "
                 "exp(chunk max - global max) before the sum, and on this path it is not",
                 True,
+                made=_shift_made_at(node.operands[0], dist, proven),
             )
         sharded_over = {
             p.axis for lay in operand_layouts[0] for p in lay if p.kind == "shard"
@@ -197,11 +200,17 @@ def _explain(
         # one partial max and a complete value is the classic missing-reduction bug.
         complete = [lays for lays in operand_layouts if lays and not _partial_axes(lays)]
         definite = node.op in ("add", "sub", "mul", "div") and bool(complete)
+        partial = next(
+            o
+            for o, lays in zip(node.operands, operand_layouts, strict=True)
+            if axis in _partial_axes(lays)
+        )
         return Explanation(
             f"{node.op} uses a partial {op} over {axis} (each device holds only its own "
             f"{op}) as if it were complete: a {op} all-reduce over {axis} is missing "
             "before this op",
             definite,
+            made=_partial_made_at(partial, axis, dist, proven),
         )
     if node.op in ("add", "sub"):
         kinds = [bool(_partial_axes(lays)) for lays in operand_layouts]
@@ -215,9 +224,10 @@ def _explain(
                 f"value is counted {mesh.axis_size(axis)} times once the partial sum is "
                 f"reduced (a bias added before the all-reduce, or an all-reduce over {axis} "
                 "missing before this op"
-                + (f": the partial sum is the {made}" if made else "")
+                + (f": the partial sum is the {_origin_text(made, dist)}" if made else "")
                 + ")",
                 True,
+                made=made,
             )
     if node.op in (
         "div",
@@ -241,8 +251,9 @@ def _explain(
         return Explanation(
             f"{node.op} of a partial sum over {axis}: it is not linear, so each device's "
             f"part gives a wrong result; an all-reduce over {axis} is missing before "
-            "this op" + (f" (the partial sum is the {made})" if made else ""),
+            "this op" + (f" (the partial sum is the {_origin_text(made, dist)})" if made else ""),
             True,
+            made=made,
         )
     shards = [p for lays in operand_layouts[:1] for lay in lays for p in lay if p.kind == "shard"]
     if node.op == "reduce" and any(p.dim in node.attrs["dims"] for p in shards):
@@ -256,6 +267,9 @@ def _explain(
     mismatch = _contraction_order_mismatch(node, dist, operand_layouts)
     if mismatch:
         return Explanation(mismatch, True)
+    unpaired = _unpaired_dot_shards(node, operand_layouts)
+    if unpaired:
+        return Explanation(unpaired, False)
     cut = _cut_dims(node, dist)
     if node.op == "slice" and any(p.dim in cut for p in shards):
         p = next(p for p in shards if p.dim in cut)
@@ -388,6 +402,35 @@ def _contraction_order_mismatch(
     return ""
 
 
+def _unpaired_dot_shards(node: Node, operand_layouts: list[list[Layout]]) -> str:
+    """A dot whose operands are both split over an axis, where a batch or contracted pair has
+    only one of its dims split over it: each device multiplies blocks that do not belong
+    together, whatever rule could apply."""
+    if node.op != "dot" or not all(operand_layouts):
+        return ""
+    a = node.attrs
+    pairs = list(zip(a.get("lhs_batch", ()), a.get("rhs_batch", ()), strict=True))
+    pairs += zip(a.get("lhs_contracting", ()), a.get("rhs_contracting", ()), strict=True)
+    for left in operand_layouts[0]:
+        for right in operand_layouts[1]:
+            for axis in {p.axis for p in left if p.kind == "shard"}:
+                lhs = {p.dim for p in left if p.kind == "shard" and p.axis == axis}
+                rhs = {p.dim for p in right if p.kind == "shard" and p.axis == axis}
+                if not rhs:
+                    continue
+                odd = [(i, j) for i, j in pairs if (i in lhs) != (j in rhs)]
+                if odd:
+                    i, j = odd[0]
+                    return (
+                        f"dot pairs dim {i} of its lhs with dim {j} of its rhs, but only one "
+                        f"of them is split over {axis} (the lhs along {sorted(lhs)}, the rhs "
+                        f"along {sorted(rhs)}): each device multiplies blocks that do not "
+                        "belong together (an operand's dims permuted differently from the "
+                        "baseline's?)"
+                    )
+    return ""
+
+
 def _cut_dims(node: Node, dist: Graph) -> set[int]:
     """The dims a static slice cuts."""
     if node.op != "slice":
@@ -424,20 +467,27 @@ def _origin_text(node: Node | None, dist: Graph) -> str:
     return f"{node.op} at {node.loc.file}:{node.loc.line}" if node.loc else ""
 
 
-def _partial_made_at(node_id: int, axis: str, dist: Graph, proven: Proven) -> str:
-    """Where a partial sum over `axis` was made: the nearest op upstream whose result is one
-    while its operands are not (a row-parallel dot, a masked lookup), as `op at file:line`.
-    A missing all-reduce has no line of its own; this is the value it should have reduced."""
+def _partial_made_at(node_id: int, axis: str, dist: Graph, proven: Proven) -> Node | None:
+    """Where a partial sum over `axis` was made: the nearest op upstream with a line whose
+    result is one while its operands are not (a row-parallel dot, a masked lookup). A missing
+    all-reduce has no line of its own; this is the value it should have reduced."""
 
-    def is_partial(i: int) -> bool:
-        return axis in _partial_axes(_layouts(i, proven))
+    def is_partial(i: int) -> bool:  # a plain partial sum: a rescaled one is not yet one
+        return any(
+            axis in _partial_axes([lay]) and all(p.kind != "rescaled" for p in lay)
+            for lay in _layouts(i, proven)
+        )
 
-    def origin(node: Node) -> str:
-        if node.loc is None or any(is_partial(o) for o in node.operands):
-            return ""
-        return f"{node.op} at {node.loc.file}:{node.loc.line}"
+    def made_there(node: Node) -> bool:
+        return node.loc is not None and not any(is_partial(o) for o in node.operands)
 
-    return _nearest_upstream(node_id, dist, origin, is_partial)
+    return _nearest_upstream_node(node_id, dist, made_there, is_partial)
+
+
+def partial_origin(node_id: int, dist: Graph, proven: Proven) -> Node | None:
+    """Where a value that is a partial reduction (over its first such axis) was made."""
+    axes = sorted(_partial_axes(_layouts(node_id, proven)))
+    return _partial_made_at(node_id, axes[0], dist, proven) if axes else None
 
 
 def _has_shard(layout: Layout) -> bool:
@@ -552,13 +602,18 @@ def frontier(
                 node, dist, base, proven, replicated, findings, mesh
             )
             findings += _unrescaled_shift(node, dist, base, proven, findings)
-            reason, definite, named = _explain(node, dist, proven, mesh, fused)
-            origin = _elsewhere(named, node) or _origin_behind_backward(node, reason, dist, proven)
+            why = _explain(node, dist, proven, mesh, fused)
+            reason, second = why.reason, None
+            origin = _elsewhere(why.origin, node) or _origin_behind_backward(
+                node, reason, dist, proven
+            )
             if origin is not None:  # the root cause first, where it shows second
                 reason = f"{reason}; it shows at {node.op} `{node.name}`{at_line(node.loc)}"
-                node = origin
+                node, second = origin, (node, "shows at")
+            elif _elsewhere(why.made, node) is not None:
+                second = (why.made, "partial reduction made at")
             operands = [describe(o, dist, base, proven) for o in node.operands]
-            findings.append(Finding(node, reason, definite, operands))
+            findings.append(Finding(node, reason, why.definite, operands, second))
     findings.sort(key=lambda f: not f.definite)
     return findings
 
@@ -700,18 +755,14 @@ def _unrescaled_shift(
     (ahead of the collective, which is named too)."""
     if node.op not in COLLECTIVES or not node.operands or not _rescaled(node.operands[0], proven):
         return []
-    origin = dist.node(node.operands[0])
-    while True:
-        earlier = [o for o in origin.operands if _rescaled(o, proven)]
-        if not earlier:
-            break
-        origin = dist.node(earlier[0])
+    origin = _first_rescaled(node.operands[0], dist, proven)
     shift = _chunk_shift(origin, dist)
     if shift is None or origin.id in {f.node.id for f in found}:
         return []
     users = dist.memo("users", Graph.users)
     if any(dist.node(u).op != "broadcast" for u in users.get(shift, [])):
         return []  # the chunk max is used elsewhere too (a rescale): blame the collective
+    made = _elsewhere(partial_origin(shift, dist, proven), origin)
     return [
         Finding(
             origin,
@@ -720,8 +771,25 @@ def _unrescaled_shift(
             "rescale each chunk by exp(chunk max - global max) before the sum",
             True,
             [describe(o, dist, base, proven) for o in origin.operands],
+            (made, "partial reduction made at") if made is not None else None,
         )
     ]
+
+
+def _first_rescaled(node_id: int, dist: Graph, proven: Proven) -> Node:
+    """The first op up a chain of rescaled values (the exp of the shifted scores)."""
+    origin = dist.node(node_id)
+    while True:
+        earlier = [o for o in origin.operands if _rescaled(o, proven)]
+        if not earlier:
+            return origin
+        origin = dist.node(earlier[0])
+
+
+def _shift_made_at(node_id: int, dist: Graph, proven: Proven) -> Node | None:
+    """Where the per-chunk max that a rescaled value was shifted by was made."""
+    shift = _chunk_shift(_first_rescaled(node_id, dist, proven), dist)
+    return partial_origin(shift, dist, proven) if shift is not None else None
 
 
 def _chunk_shift(node: Node, dist: Graph) -> int | None:

@@ -175,6 +175,15 @@ def _suspect(rank: int, s: Suspect, roots: list[Path]) -> str:
     ]
     if s.framework_op:
         facts.append(("framework op", f"<code>{escape(s.framework_op)}</code>"))
+    if s.second is not None:
+        at = f"{s.second.file}:{s.second.line}" if s.second.file else "(no location)"
+        facts.append(
+            (
+                s.second.role,
+                f'<code class="where">{escape(at)}</code>: {escape(s.second.op)} '
+                f"<code>{escape(s.second.node)}</code>",
+            )
+        )
     operands = "".join(f"<li>{_code_spans(o)}</li>" for o in s.operands)
     return (
         f'<section class="suspect" id="suspect-{rank}">'

@@ -34,6 +34,19 @@ class Neighbourhood:
 
 
 @dataclass
+class Site:
+    """A second place a suspect involves: where its wrong value shows, when the suspect is
+    the root cause upstream, or where the partial sum a missing all-reduce should have
+    reduced was made."""
+
+    role: str  # "shows at" or "partial reduction made at"
+    op: str
+    node: str
+    file: str
+    line: int
+
+
+@dataclass
 class Suspect:
     """A distributed node where agreement with the baseline breaks."""
 
@@ -52,6 +65,14 @@ class Suspect:
     called_from: str = ""
     # what both programs run on random inputs say here (scalify/numeric_frontier.py)
     numerically: str = ""
+    second: Site | None = None
+
+    def sites(self) -> list[tuple[str, int]]:
+        """The suspect's lines, its own first: a bug fixed at either is this suspect's."""
+        lines = [(self.file, self.line)]
+        if self.second is not None:
+            lines.append((self.second.file, self.second.line))
+        return lines
 
 
 @dataclass

@@ -20,14 +20,12 @@ def render_sarif(report: Report) -> str:
             "message": {"text": f"{suspect.op} `{suspect.node}`: {suspect.reason}"},
         }
         if suspect.file:
-            result["locations"] = [
-                {
-                    "physicalLocation": {
-                        "artifactLocation": {"uri": suspect.file},
-                        "region": {"startLine": max(suspect.line, 1)},
-                    }
-                }
-            ]
+            result["locations"] = [_location(suspect.file, suspect.line)]
+        second = suspect.second
+        if second is not None and second.file:
+            related = _location(second.file, second.line)
+            related["message"] = {"text": f"{second.role}: {second.op} `{second.node}`"}
+            result["relatedLocations"] = [related]
         results.append(result)
     if report.verdict != EQUIVALENT and not results:
         results.append(
@@ -69,3 +67,12 @@ def render_sarif(report: Report) -> str:
         ],
     }
     return json.dumps(sarif, indent=2) + "\n"
+
+
+def _location(file: str, line: int) -> dict:
+    return {
+        "physicalLocation": {
+            "artifactLocation": {"uri": file},
+            "region": {"startLine": max(line, 1)},
+        }
+    }

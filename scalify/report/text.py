@@ -27,6 +27,9 @@ def render_text(report: Report) -> str:
             if s.called_from:
                 lines.append(f"     called from {s.called_from}")
             lines.append(f"     {s.reason}")
+            if s.second is not None:
+                at = f"{s.second.file}:{s.second.line}" if s.second.file else "(no location)"
+                lines.append(f"     {s.second.role} {at}: {s.second.op} `{s.second.node}`")
             if s.numerically:
                 lines.append(f"     numerically: {s.numerically}")
             for operand in s.operands:
