@@ -686,7 +686,8 @@ def _same_everywhere_sources(
         if origin.op in COLLECTIVES and upstream is not None:
             if upstream.id not in known:
                 known.add(upstream.id)
-                reason, definite, _ = _explain(upstream, dist, proven, mesh)
+                why = _explain(upstream, dist, proven, mesh)
+                reason, definite = why.reason, why.definite
                 operands = [describe(o, dist, base, proven) for o in upstream.operands]
                 out.append(Finding(upstream, reason, definite, operands))
             continue
