@@ -50,19 +50,25 @@ def read_numbers(
         return
     rng = np.random.default_rng(seed)
     for suspect in suspects[:READ_SUSPECTS]:
-        node_id = by_name.get(suspect.node)
+        # a root cause upstream is read where its wrong value shows: the cause itself (a
+        # slice at the wrong place, a gather) may well hold a baseline value
+        shown = suspect.second is not None and suspect.second.role == "shows at"
+        name = suspect.second.node if shown else suspect.node
+        node_id = by_name.get(name)
         if node_id is None or node_id not in dist_values:
             continue
         match = _matching(base, dist.node(node_id), dist_values[node_id], base_values, mesh, rng)
+        where = f"where it shows (`{name}`), " if shown else ""
         if match is None:
             suspect.numerically = (
-                "on random inputs its values equal no baseline value under a one-axis layout"
+                f"{where}on random inputs its values equal no baseline value under a one-axis "
+                "layout"
             )
         else:
             b, layout = match
             node = base.node(b)
             suspect.numerically = (
-                f"on random inputs its values equal {layout_str(layout)} of baseline "
+                f"{where}on random inputs its values equal {layout_str(layout)} of baseline "
                 f"`{node.name}`{at_line(node.loc)}: only a rule relating them is missing "
                 "here; the programs part after it"
             )

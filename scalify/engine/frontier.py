@@ -608,8 +608,9 @@ def frontier(
                 node, reason, dist, proven
             )
             if origin is not None:  # the root cause first, where it shows second
-                reason = f"{reason}; it shows at {node.op} `{node.name}`{at_line(node.loc)}"
                 node, second = origin, (node, "shows at")
+            if any(f.node.id == node.id for f in findings):
+                continue  # one root cause showing at several ops: one suspect
             elif _elsewhere(why.made, node) is not None:
                 second = (why.made, "partial reduction made at")
             operands = [describe(o, dist, base, proven) for o in node.operands]

@@ -143,4 +143,5 @@ def test_a_qkv_projection_whose_input_gradient_is_not_reduced_is_caught(tmp_path
     # Megatron's backward, not autograd's add on the step's `backward()` line where it shows
     assert "all-reduce over tp missing" in first["reason"], first["reason"]
     assert first["file"].endswith("tensor_parallel/layers.py"), first
-    assert "megatron_parts.py" in first["reason"], first["reason"]
+    assert first["second"]["role"] == "shows at", first
+    assert first["second"]["file"].endswith("megatron_parts.py"), first
