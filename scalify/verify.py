@@ -21,7 +21,7 @@ from .engine.encode import (
     signature_facts,
     vocabulary_facts,
 )
-from .engine.frontier import frontier, output_mismatch, partial_origin
+from .engine.frontier import frontier, off_axis_collectives, output_mismatch, partial_origin
 from .engine.scaling import scaled_outputs, scaling_facts
 from .errors import ScalifyError
 from .frontends import load_graph
@@ -508,6 +508,7 @@ def _decide(base: Graph, dist: Graph, mesh: Mesh, outputs: list[Relation], proof
     findings = frontier(
         where_dist, where_base, where.relations, mesh, where.replicated | where.reached
     ) or frontier(where_dist, where_base, where.relations, mesh, where.reached)
+    findings += off_axis_collectives(where_dist, where_base, where.relations, mesh, findings)
     suspects = [_suspect(f.node, f.reason, f.operands, f.second) for f in findings]
     for suspect, f in zip(suspects[:PICTURED_SUSPECTS], findings, strict=False):
         suspect.neighbourhood = neighbourhood(

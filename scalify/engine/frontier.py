@@ -478,10 +478,26 @@ def _partial_made_at(node_id: int, axis: str, dist: Graph, proven: Proven) -> No
             for lay in _layouts(i, proven)
         )
 
-    def made_there(node: Node) -> bool:
-        return node.loc is not None and not any(is_partial(o) for o in node.operands)
+    def through(i: int, depth: int = 0) -> bool:
+        """A partial sum, or a view of one that no rule relates (a keepdims reshape)."""
+        node = dist.node(i)
+        if is_partial(i):
+            return True
+        if depth > 4 or _layouts(i, proven) or node.op not in _VIEWS or not node.operands:
+            return False
+        return through(node.operands[0], depth + 1)
 
-    return _nearest_upstream_node(node_id, dist, made_there, is_partial)
+    def made_there(node: Node) -> bool:
+        return (
+            node.loc is not None
+            and is_partial(node.id)
+            and not any(through(o) for o in node.operands)
+        )
+
+    return _nearest_upstream_node(node_id, dist, made_there, through)
+
+
+_VIEWS = frozenset({"split", "merge", "reshape", "broadcast"})
 
 
 def partial_origin(node_id: int, dist: Graph, proven: Proven) -> Node | None:
@@ -617,6 +633,29 @@ def frontier(
             findings.append(Finding(node, reason, why.definite, operands, second))
     findings.sort(key=lambda f: not f.definite)
     return findings
+
+
+def off_axis_collectives(
+    dist: Graph, base: Graph, proven: Proven, mesh: Mesh, findings: list[Finding]
+) -> list[Finding]:
+    """Collectives over replica groups that are no set of mesh axes, wherever they are (an
+    operand no rule relates hides them from the frontier): to go after the frontier's."""
+    found = {f.node.id for f in findings}
+    needed = _feeding_outputs(dist, lambda n: False)
+    extra = []
+    for node in dist.nodes.values():
+        if (
+            node.op not in COLLECTIVES
+            or node.op == "collective_permute"
+            or node.id in found
+            or node.id not in needed
+            or not collective_axes(node, mesh).startswith("groups")
+        ):
+            continue
+        why = _explain(node, dist, proven, mesh)
+        operands = [describe(o, dist, base, proven) for o in node.operands]
+        extra.append(Finding(node, why.reason, False, operands))
+    return extra
 
 
 # Ops a static slice moves through (slice_views.py): a value used only through them and then
@@ -791,7 +830,16 @@ def _first_rescaled(node_id: int, dist: Graph, proven: Proven) -> Node:
 def _shift_made_at(node_id: int, dist: Graph, proven: Proven) -> Node | None:
     """Where the per-chunk max that a rescaled value was shifted by was made."""
     shift = _chunk_shift(_first_rescaled(node_id, dist, proven), dist)
-    return partial_origin(shift, dist, proven) if shift is not None else None
+    return _partial_origin_through_views(shift, dist, proven) if shift is not None else None
+
+
+def _partial_origin_through_views(node_id: int, dist: Graph, proven: Proven) -> Node | None:
+    """`partial_origin` of a value, or of the value it views when no rule relates the view
+    (a keepdims reshape of a max that the baseline folds away)."""
+    node = dist.node(node_id)
+    while not _layouts(node.id, proven) and node.op in _VIEWS:
+        node = dist.node(node.operands[0])
+    return partial_origin(node.id, dist, proven)
 
 
 def _chunk_shift(node: Node, dist: Graph) -> int | None:
