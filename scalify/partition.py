@@ -16,7 +16,7 @@ layer is proved, and localised, on its own.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .ir import Graph, Node
 from .layout import Layout, canonical, layout_str
@@ -119,10 +119,91 @@ def _prologue_op(graph: Graph, node: Node) -> bool:
     return False
 
 
+def forward_region(graph: Graph) -> set[int]:
+    """A training step's forward pass: the computed ancestors of its earliest output, a
+    scalar (the loss) that a quarter of the program or more computes, when other outputs
+    (the gradients) come after it; empty otherwise. The backward
+    reads the forward's saved values long after they were made, so no single value is live
+    between two layers of the whole program; within each pass one is."""
+    position = _positions(graph)
+    computed = [o for o in graph.outputs if graph.node(o).op != "parameter"]
+    if len(computed) < 2:
+        return set()
+    first = min(computed, key=position.__getitem__)
+    if first == final_output(graph) or graph.node(first).shape != ():
+        return set()  # a loss is a scalar; a layer's cache (an inference step's) is not
+    region, stack = set(), [first]
+    while stack:
+        node_id = stack.pop()
+        if node_id in region or graph.node(node_id).op == "parameter":
+            continue
+        region.add(node_id)
+        stack.extend(graph.node(node_id).operands)
+    literal = leaf_nodes(graph)
+    work = len(region - literal)
+    total = sum(1 for n in graph.nodes.values() if n.op != "parameter" and n.id not in literal)
+    if any(o in region for o in computed if o != first) or work * 4 < total:
+        return set()  # not a forward pass: a small part of the program
+    return region
+
+
+def in_pass_order(graph: Graph) -> Graph:
+    """The graph with its forward pass first, in order of depth, and its backward in reverse
+    order of the forward values it reads: a backward value goes with the earliest forward
+    value it or its backward operands read (layer i's backward reads layer i's activations),
+    in order of depth among those. A weight's gradient then sits with its layer's backward,
+    not where the compiler scheduled it. This is the order cuts are looked for in. The graph
+    itself when it has no forward pass of its own."""
+    forward = forward_region(graph)
+    if not forward:
+        return graph
+    position = _positions(graph)
+    form_of = {b: a for a, b in graph.equalities if position[b] > position[a]}
+    backward = {n for n in graph.nodes if n not in forward and graph.node(n).op != "parameter"}
+    leaves = leaf_nodes(graph)  # a prologue's values (RoPE's tables) go with every layer
+    depth: dict[int, int] = {}
+    reads: dict[int, int] = {}  # backward node -> the earliest forward value it goes with
+    for node in graph.nodes.values():
+        inside = node.id in backward
+        region = [o for o in node.operands if (o in backward) == inside]
+        depth[node.id] = 1 + max((depth[o] for o in region), default=-1)
+        if inside:
+            read = [position[o] for o in node.operands if o in forward and o not in leaves]
+            read += [reads[o] for o in node.operands if o in backward]
+            reads[node.id] = min(read, default=len(position))
+        if node.id in form_of:  # an equal form stays with its node, and its users after it
+            a = form_of[node.id]
+            depth[node.id] = max(depth[node.id], depth[a])
+            if inside and a in reads:
+                reads[node.id] = min(reads[node.id], reads[a])
+
+    def key(node_id: int) -> tuple[bool, int, int, int]:
+        if node_id in backward:
+            return (True, -reads[node_id], depth[node_id], position[node_id])
+        return (False, 0, depth[node_id], position[form_of.get(node_id, node_id)])
+
+    nodes = {node_id: graph.nodes[node_id] for node_id in sorted(graph.nodes, key=key)}
+    return replace(graph, nodes=nodes, derived={})
+
+
 def cut_points(graph: Graph) -> list[int]:
-    """Computed nodes right after which they are the only computed value still needed."""
+    """Computed nodes right after which they are the only computed value still needed: in a
+    training step, within each pass (see `forward_region`), where the backward reads the
+    forward's values as inputs proved before it."""
     literal = leaf_nodes(graph)
     order = [n.id for n in graph.nodes.values() if n.op != "parameter" and n.id not in literal]
+    forward = forward_region(graph)
+    if not forward:
+        return _cuts(graph, order, final_output(graph))
+    position = _positions(graph)
+    loss = max((o for o in graph.outputs if o in forward), key=position.__getitem__)
+    return _cuts(graph, [n for n in order if n in forward], loss) + _cuts(
+        graph, [n for n in order if n not in forward], final_output(graph)
+    )
+
+
+def _cuts(graph: Graph, order: list[int], final: int | None) -> list[int]:
+    """Cut points among `order`, counting only the uses inside it (see `cut_points`)."""
     position = {node_id: i for i, node_id in enumerate(order)}
     # An equal form of a node (placed right after it) is the same value: it lives and dies
     # with its node, and its operands are read where the node reads them.
@@ -141,7 +222,6 @@ def cut_points(graph: Graph) -> list[int]:
                 last_use[operand] = max(last_use[operand], at(node.id))
     # The last output ends the last segment; an output computed earlier (a layer's K and V
     # caches) is proved in its own segment, so it need not stay live to the end.
-    final = final_output(graph)
     if final in last_use:
         last_use[final] = len(order)
     ends_at: dict[int, int] = {}
@@ -225,6 +305,7 @@ def subgraph(graph: Graph, segment: Segment, label: str) -> Graph:
     stack = [o for n in segment.nodes for o in graph.node(n).operands if o not in members]
     partner = graph.memo("equality_partner", _equality_partner)
     stack += [partner[n] for n in segment.nodes if n in partner and partner[n] not in members]
+    sides: set[int] = set()
     while stack:
         node_id = stack.pop()
         node = graph.node(node_id)
@@ -232,27 +313,33 @@ def subgraph(graph: Graph, segment: Segment, label: str) -> Graph:
             continue
         if node.op == "parameter":
             params.add(node_id)
-        elif node_id in literal and node_id not in needed_literals:
-            needed_literals.add(node_id)
-            stack.extend(node.operands)
-            if node_id in partner:  # an alternative form travels with its node
-                stack.append(partner[node_id])
+        elif node_id in literal:
+            if node_id not in needed_literals:
+                needed_literals.add(node_id)
+                stack.extend(node.operands)
+                if node_id in partner:  # an alternative form travels with its node
+                    stack.append(partner[node_id])
+        elif node_id not in members:  # a value an earlier segment made (the backward reads
+            sides.add(node_id)  # the forward's): an input, related as proved there
     nodes: dict[int, Node] = {}
     inputs = []
-    if segment.entry is not None:
-        entry = graph.node(segment.entry)
-        nodes[entry.id] = Node(
-            entry.id,
+    order = _positions(graph)
+    cut = [segment.entry] if segment.entry is not None else []
+    for kind, node_id in [("cut", n) for n in cut] + [
+        ("side", n) for n in sorted(sides, key=order.__getitem__)
+    ]:
+        made = graph.node(node_id)
+        nodes[node_id] = Node(
+            node_id,
             "parameter",
             (),
-            entry.shape,
-            entry.dtype,
-            {"name": "cut", "index": -1},
-            entry.loc,
-            entry.name,
+            made.shape,
+            made.dtype,
+            {"name": kind, "index": -1},
+            made.loc,
+            made.name,
         )
-        inputs.append(entry.id)
-    order = _positions(graph)
+        inputs.append(node_id)
     for node_id in sorted(params | needed_literals | members, key=order.__getitem__):
         nodes[node_id] = graph.node(node_id)
     inputs += sorted(params, key=lambda i: graph.node(i).attrs.get("index", 0))
@@ -347,15 +434,30 @@ def segment_relations(
     inputs: list[Relation],
     entry: list[Layout],
     base_entry: int | None,
+    proven: dict[int, set] | None = None,
 ) -> list[Relation]:
-    """Global input relations restricted to the segment, plus the proven cut relations."""
+    """Global input relations restricted to the segment, plus the proven cut relations and
+    those proved of the values it reads from earlier segments (`proven`: distributed node ->
+    {(layout, baseline node)})."""
     result = [r for r in inputs if r.dist_id in dist_sub.nodes and r.base_id in base_sub.nodes]
     if base_entry is not None:
         dist_entry = dist_sub.inputs[0]
         result += [
             Relation(dist_entry, base_entry, "cut", layout, "proven at the cut") for layout in entry
         ]
+    base_sides = set(side_inputs(base_sub))
+    for d in side_inputs(dist_sub):
+        result += [
+            Relation(d, b, "side", layout, "proven in an earlier segment")
+            for layout, b in sorted((proven or {}).get(d, ()), key=lambda p: (p[1], str(p[0])))
+            if b in base_sides
+        ]
     return result
+
+
+def side_inputs(graph: Graph) -> list[int]:
+    """A segment's inputs that an earlier segment made, other than its cut."""
+    return [i for i in graph.inputs if graph.node(i).attrs.get("name") == "side"]
 
 
 def _users_of(graph: Graph, node_id: int) -> list[int]:

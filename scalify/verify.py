@@ -26,7 +26,7 @@ from .engine.scaling import scaled_outputs, scaling_facts
 from .errors import ScalifyError
 from .frontends import load_graph
 from .ir import Graph
-from .layout import canonical, layout_str, local_shape
+from .layout import Layout, canonical, layout_str, local_shape
 from .mesh import Mesh, parse_mesh
 from .nearest import rules_for_op
 from .neighbourhood import neighbourhood
@@ -38,9 +38,11 @@ from .part_layouts import infer_parts, local_part_cuts, with_output_parts, with_
 from .partition import (
     cut_points,
     final_output,
+    in_pass_order,
     merge_segments,
     segment_relations,
     segments,
+    side_inputs,
     structural_key,
     subgraph,
 )
@@ -324,6 +326,7 @@ def prove_partitioned(
     when the graphs do not cut at all (then the whole graph is proved at once)."""
     if len(dist.nodes) < PARTITION_MIN_NODES:
         return None
+    base, dist = in_pass_order(base), in_pass_order(dist)
     base_cuts, dist_cuts = cut_points(base), cut_points(dist)
     if (
         len(base_cuts) < 2
@@ -360,18 +363,21 @@ def prove_partitioned(
             )
         if limits.progress:
             _show_progress(j, len(dist_segs), total.memo_hits)
-        first_failure = None
+        first_failure, failed_with_sides = None, False
         for take_base, take_dist in _merge_order(base_segs, dist_segs, i, j):
             base_seg = merge_segments(base_segs[i : i + take_base])
             dist_seg = merge_segments(dist_segs[j : j + take_dist])
             label = f"segment {total.partitions}"
             base_sub, dist_sub = subgraph(base, base_seg, label), subgraph(dist, dist_seg, label)
-            relations = segment_relations(base_sub, dist_sub, inputs, entry, base_seg.entry)
+            relations = segment_relations(
+                base_sub, dist_sub, inputs, entry, base_seg.entry, total.relations
+            )
+            sides = bool(side_inputs(dist_sub))
             key = structural_key(base_sub, dist_sub, relations)
             if key in memo and memo[key][0]:
                 total.memo_hits += 1
-                exit_layouts, inner = memo[key]
-                for d, b, lay in inner or ():  # the proved segment's outputs, here
+                exit_layouts, inner, made = memo[key]
+                for d, b, lay in (inner or []) + made:  # the proved segment's outputs, here
                     total.relations.setdefault(dist_seg.nodes[d], set()).add(
                         (lay, base_seg.nodes[b])
                     )
@@ -384,9 +390,10 @@ def prove_partitioned(
                     lay for lay, b in proof.relations.get(dist_seg.exit, ()) if b == base_seg.exit
                 ]
                 inner = _inner_outputs(dist_seg, base_seg, paired_outputs, proof)
-                memo[key] = (exit_layouts, inner)
+                memo[key] = (exit_layouts, inner, _read_later(dist, dist_seg, base_seg, proof))
                 if not exit_layouts:
                     first_failure = first_failure or (base_sub, dist_sub, proof)
+                    failed_with_sides = failed_with_sides or sides
                     continue
                 if inner is None and total.failed is None:  # an inner output not proved
                     total.failed = (base_sub, dist_sub, proof)
@@ -396,8 +403,10 @@ def prove_partitioned(
             i, j = i + take_base, j + take_dist
             break
         else:
-            if len(dist.nodes) <= WHOLE_GRAPH_RETRY_NODES:
-                return None  # small enough: localise in the whole graph, not one segment
+            if len(dist.nodes) <= WHOLE_GRAPH_RETRY_NODES or failed_with_sides:
+                # small enough: localise in the whole graph, not one segment; or a segment
+                # of a backward pass whose reads of the forward did not pair up
+                return None
             total.failed = first_failure
             return total
     if i < len(base_segs) or j < len(dist_segs):
@@ -434,6 +443,23 @@ def _merge_order(base_segs: list, dist_segs: list, i: int, j: int) -> list[tuple
         return max(b, d) / max(min(b, d), 1)
 
     return sorted(fitting, key=lambda pair: (mismatch(pair) > 1.5, fitting.index(pair)))
+
+
+def _read_later(dist: Graph, dist_seg, base_seg, proof: Proof) -> list[tuple[int, int, Layout]]:
+    """The segment's values that later segments read (the forward's activations, which the
+    backward reads), as (position in the distributed segment, position in the baseline
+    segment, layout): for a memoised copy to hand on as this one does."""
+    users = dist.memo("users", Graph.users)
+    members = set(dist_seg.nodes)
+    base_at = {n: k for k, n in enumerate(base_seg.nodes)}
+    found = []
+    for d, node_id in enumerate(dist_seg.nodes[:-1]):
+        if all(u in members for u in users.get(node_id, [])):
+            continue
+        found += [
+            (d, base_at[b], lay) for lay, b in proof.relations.get(node_id, ()) if b in base_at
+        ]
+    return found
 
 
 def _inner_outputs(dist_seg, base_seg, paired: dict[int, int], proof: Proof):

@@ -18,18 +18,21 @@ from scalify.simulate import simulate
 HLO = MLP / "hlo"
 
 
-def test_no_differing_mutant_is_proved_equivalent():
+def test_no_differing_mutant_is_proved_equivalent(capsys):
     rules = compile_rule_dir(REPO / "rules")
     total = MutationScore()
     for _, base, dist, mesh, given in [*case_pairs(REPO / "rules"), *hlo_pairs(HLO)]:
         total.add(score(base, dist, rules, mesh, given))
-    print(total.line())
+    with capsys.disabled():  # the localisation share, printed in CI's log
+        print(f"\nmutation: {total.line()}", flush=True)
     assert total.wrongly_proved == []
     assert total.differing >= 100
     assert total.caught == total.differing
     # the MLP's mutants carry source lines: the first suspect is on the mutated op's line
+    # (its own, or its second site); `bench/mutation.py --jax` measures the other examples
     assert total.located >= 10
-    assert total.first_at_line * 10 >= total.located * 9
+    assert total.first_at_line * 100 >= total.located * 95
+    assert total.top3_at_line == total.located
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,112 @@
+"""A whole training step proved layer by layer: the forward pass cut between its layers, the
+backward pass between its layers' gradients, the backward's reads of the forward's values
+related as proved in the forward's segments, and identical layers proved once. A bug in one
+layer's backward is still caught there."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+from conftest import REPO, export_example
+from scalify.compiler.compile import compile_rule_dir
+
+from scalify.frontends import load_graph
+from scalify.ir import Node
+from scalify.layout import layout_str
+from scalify.mesh import parse_mesh
+from scalify.partition import cut_points, forward_region, in_pass_order, segments
+from scalify.relations import RelationsFile, input_relations, output_relations
+from scalify.verify import verify_graphs
+
+pytest.importorskip("jax")
+LAYERS = 4
+
+
+@pytest.fixture(scope="module")
+def step(tmp_path_factory):
+    """The tiny Llama's training step over 4 layers (loss and every weight's gradient)."""
+    out = tmp_path_factory.mktemp("train_step")
+    args = ["--config", "tiny", "--tp", "2", "--layers", str(LAYERS), "--parts", "train_layers"]
+    export_example(REPO / "examples/llama/export.py", out, *args, "--bugs", "none")
+    rules = compile_rule_dir(REPO / "rules")
+    return (
+        load_graph(str(out / "baseline.hlo"), rules.custom_calls),
+        load_graph(str(out / "tp.hlo"), rules.custom_calls),
+        rules,
+    )
+
+
+def test_both_passes_are_cut_between_layers(step):
+    base, dist, _ = step
+    for graph in (base, dist):
+        ordered = in_pass_order(graph)
+        seen: set[int] = set()
+        for node in ordered.nodes.values():  # still a topological order
+            assert all(o in seen for o in node.operands), node.name
+            seen.add(node.id)
+        forward = forward_region(graph)
+        position = {n: i for i, n in enumerate(ordered.nodes)}
+        computed = [n for n in graph.nodes if graph.node(n).op != "parameter"]
+        assert max(position[n] for n in forward) < min(
+            position[n] for n in computed if n not in forward
+        )
+        sizes = [len(s.nodes) for s in segments(ordered, cut_points(ordered))]
+        # two segments per layer (attention, MLP) in each pass, besides the small ones
+        assert sum(size > 10 for size in sizes) >= 4 * LAYERS, sizes
+
+
+def test_the_step_is_proved_with_the_layers_reused(step):
+    base, dist, rules = step
+    report = verify_graphs(base, dist, rules, parse_mesh("tp=2"))
+    assert report.verdict == "equivalent", report.to_text()
+    assert report.stats["partitions"] >= 4 * LAYERS, report.stats
+    assert report.stats["memo_hits"] >= 2 * (LAYERS - 2), report.stats
+
+
+def _backward_all_reduces(dist):
+    forward = forward_region(dist)
+    return [n for n in dist.nodes.values() if n.op == "all_reduce" and n.id not in forward]
+
+
+def test_an_all_reduce_dropped_in_a_middle_layers_backward_is_caught(step):
+    """The layer's segment is no longer the others': it is proved, and fails, alone."""
+    base, dist, rules = step
+    dist = copy.deepcopy(dist)
+    reduces = _backward_all_reduces(dist)
+    assert len(reduces) >= 2 * LAYERS
+    dropped = reduces[len(reduces) // 2]
+    users = dist.users()[dropped.id]
+    for user in users:
+        node = dist.nodes[user]
+        operands = tuple(dropped.operands[0] if o == dropped.id else o for o in node.operands)
+        dist.nodes[user] = Node(
+            node.id, node.op, operands, node.shape, node.dtype, node.attrs, node.loc, node.name
+        )
+    dist.derived.clear()
+    report = verify_graphs(base, dist, rules, parse_mesh("tp=2"))
+    assert report.verdict == "not_equivalent", report.to_text()
+    assert report.suspects
+
+
+def test_a_middle_layers_weight_gradient_negated_is_not_proved(step):
+    base, dist, rules = step
+    dist = copy.deepcopy(dist)
+    mesh = parse_mesh("tp=2")
+    # the outputs' layouts as the program states them (the negated one loses its annotation)
+    inputs = input_relations(base, dist, mesh, None)
+    stated = RelationsFile(
+        "<stated>",
+        None,
+        {},
+        [layout_str(r.layout) for r in output_relations(base, dist, mesh, None, inputs)],
+    )
+    index = len(dist.outputs) // 2
+    grad = dist.node(dist.outputs[index])
+    negated = Node(max(dist.nodes) + 1, "neg", (grad.id,), grad.shape, grad.dtype, {}, grad.loc)
+    dist.nodes[negated.id] = negated
+    dist.outputs[index] = negated.id
+    dist.derived.clear()
+    report = verify_graphs(base, dist, rules, mesh, stated)
+    assert report.verdict == "not_equivalent", report.to_text()
+    assert [o.index for o in report.outputs if not o.ok] == [index]
