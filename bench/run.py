@@ -176,9 +176,9 @@ def main() -> int:
         ]
         + [
             (
-                "llama-3.1-8b train step (2 layers)",
-                "8b, tp=8, value_and_grad of the decoder stack (every weight's gradient)",
-                lambda: export_llama(tmp / "train2", "8b", 8, layers=2, parts="train_layers"),
+                "llama-3.1-8b train step",
+                "8b, tp=8, value_and_grad of the 32-layer decoder stack (every weight's gradient)",
+                lambda: export_llama(tmp / "train32", "8b", 8, parts="train_layers"),
                 "tp.hlo",
             )
         ]
@@ -231,9 +231,9 @@ def main() -> int:
             lambda: export_flash(tmp / "chunks64", 64, 4096),
             lambda: export_flash(tmp / "chunks4", 4, 4096),
         ),
-        "train_over_forward": (  # 2 layers: the joint graph does not partition yet
-            lambda: export_llama(tmp / "train_r", "8b", 8, layers=2, parts="train_layers"),
-            lambda: export_llama(tmp / "forward_r", "8b", 8, layers=2),
+        "train_over_forward": (  # the whole 32-layer stack, forward + backward vs forward
+            lambda: export_llama(tmp / "train_r", "8b", 8, parts="train_layers"),
+            lambda: export_llama(tmp / "forward_r", "8b", 8),
         ),
         "layers126_over_32": (
             lambda: export_llama(tmp / "layers126", "8b", 8, layers=126),
