@@ -55,6 +55,14 @@ PROGRAMS = textwrap.dedent(
             [rng.normal(size=(1, 8, 8)), rng.normal(size=(1, 8, 8))],
         ),
         "rows": (lambda t, i: t[i], [rng.normal(size=(5, 1, 3)), ints((4,), 5)]),
+        "rows_added": (  # whole rows added at indices, one past the end among them (dropped)
+            lambda b, i, u: b.at[i].add(u, mode="drop"),
+            [rng.normal(size=(6, 5)), np.array([0, 3, 6, 3], np.int32), rng.normal(size=(4, 5))],
+        ),
+        "embedding_grad": (  # autograd's scatter-add of a lookup over (batch, seq) tokens
+            jax.grad(lambda t, i: jnp.sum(jnp.square(t[i]))),
+            [rng.normal(size=(7, 4)), ints((2, 3), 7)],
+        ),
     }
     for name, (fn, args) in programs.items():
         args = [a.astype(np.float32) if a.dtype == np.float64 else a for a in args]
@@ -81,6 +89,8 @@ def programs(tmp_path_factory):
         ("one_group_take_along", "take_along"),
         ("one_group_take_along_fill", "take_along"),
         ("rows", "take"),
+        ("rows_added", "dot"),  # one_hot(i)^T u: a scatter-add of whole rows
+        ("embedding_grad", "dot"),
     ],
 )
 def test_simulated_like_jax(programs, name, op):
@@ -109,3 +119,13 @@ def test_a_scatter_that_sets_entries_replaces_them(programs):
     graph = load_graph(str(programs / "scatter_set.hlo"))
     (scatter,) = [n for n in graph.nodes.values() if n.op == "scatter"]
     assert scatter.attrs["op"] == "replace"
+
+
+@pytest.mark.parametrize("name", ["rows_added", "embedding_grad"])
+def test_a_scatter_adding_whole_rows_is_a_one_hot_product(programs, name):
+    """The embedding gradient's scatter-add is `x + one_hot(i)^T u`, the form the one-hot
+    rules read (a device's rows of a vocab-parallel table, tests/corpus B33); a scatter of
+    other windows (`scatter` above, into (expert, slot) pairs) stays a scatter."""
+    graph = load_graph(str(programs / f"{name}.hlo"))
+    ops = {n.op for n in graph.nodes.values()}
+    assert "scatter" not in ops and "dot" in ops

@@ -696,6 +696,30 @@ _SCATTER_FIELDS = (
 )
 
 
+def _rows_added_form(
+    attrs: dict[str, Any],
+    operand: tuple[int, ...],
+    index: tuple[int, ...],
+    updates: tuple[int, ...],
+) -> int | None:
+    """k when a scatter writes whole rows of its operand (dim 0), one per entry of k index
+    dims (the index vector, of one entry, last or absent): the updates are those k dims then
+    a whole row. None for any other scatter."""
+    vector = attrs["index_vector_dim"]
+    k = len(index) - (1 if vector < len(index) else 0)
+    if vector < len(index) and (vector != len(index) - 1 or index[vector] != 1):
+        return None
+    rows = (
+        attrs["inserted_window_dims"] == (0,)
+        and attrs["scatter_dims_to_operand_dims"] == (0,)
+        and not attrs["input_batching_dims"]
+        and not attrs["scatter_indices_batching_dims"]
+        and attrs["update_window_dims"] == tuple(range(k, k + len(operand) - 1))
+        and tuple(updates) == (*index[:k], *operand[1:])
+    )
+    return k if rows and len(operand) >= 1 else None
+
+
 def _vector_dim(given: tuple[int, ...], index: tuple[int, ...]) -> int:
     """HLO's index_vector_dim (default: past the last dim), checked against the indices."""
     vector_dim = given[0] if given else len(index)
@@ -1609,7 +1633,56 @@ class _Lowering:
             len(index),
         )
         attrs["op"] = op
+        updates = self.nodes[vals[2]].shape
+        k = _rows_added_form(attrs, operand, index, updates)
+        if op == "sum" and k is not None:
+            return self.rows_added(ins, vals, k, shape, loc, fop)
         return self.new("scatter", tuple(vals), shape, attrs, ins, loc, fop)
+
+    def rows_added(
+        self, ins: _Instr, vals: list[int], k: int, shape: _Array, loc: SourceLoc | None, fop: str
+    ) -> _Value:
+        """A scatter-add of whole rows (an embedding's gradient, as `jax.grad` of a lookup
+        writes it): `x + one_hot(i)^T u`, the one-hot over x's rows contracted with the
+        updates over the k index dims. Exact: an index outside the rows, which the scatter
+        skips, has an all-zero one-hot row (the FX frontend's `rows_added` is the same)."""
+        x, index_id, updates = vals
+        index = self.nodes[index_id]
+        batch = index.shape[:k]
+        if batch != index.shape:  # drop the index vector dim (of size 1)
+            batch_arr = _Array(index.dtype, batch)
+            index_id = self.new("reshape", (index_id,), batch_arr, {}, ins, loc, fop)
+        hot_shape = (*batch, shape.dims[0])
+        spread = self.new(
+            "broadcast",
+            (index_id,),
+            _Array(index.dtype, hot_shape),
+            {"dims": tuple(range(k))},
+            ins,
+            loc,
+            fop,
+        )
+        count = self.new("iota", (), _Array(index.dtype, hot_shape), {"dim": k}, ins, loc, fop)
+        eq = self.new(
+            "compare",
+            (spread, count),
+            _Array("pred", hot_shape),
+            {"direction": "EQ"},
+            ins,
+            loc,
+            fop,
+        )
+        hot_arr = _Array(shape.dtype, hot_shape)
+        hot = self.new("convert", (eq,), hot_arr, {"dtype": shape.dtype}, ins, loc, fop)
+        dims = tuple(range(k))
+        contract = {
+            "lhs_contracting": dims,
+            "rhs_contracting": dims,
+            "lhs_batch": (),
+            "rhs_batch": (),
+        }
+        added = self.new("dot", (hot, updates), shape, contract, ins, loc, fop)
+        return self.new("add", (x, added), shape, {}, ins, loc, fop)
 
     def _returns_update(self, ins: _Instr) -> bool:
         comp = self.called(ins, "to_apply")

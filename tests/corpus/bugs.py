@@ -421,6 +421,34 @@ def b20_body(x: Array, dy: Array, *, bug: bool = False) -> Array:
     return g / 2  # the dp group has 2 replicas
 
 
+# B33: a vocab-parallel embedding's gradient, from autograd, reduced over the tensor-parallel
+# group where the data-parallel one was meant (embedding gradients combined across the wrong
+# ranks: the class of Megatron-LM #844).
+def embedding_loss(table: Array, ids: Array) -> Array:
+    return jnp.sum(jnp.square(table[ids]))
+
+
+def b33_base(table: Array, ids: Array) -> Array:
+    return jax.grad(embedding_loss)(table, ids)
+
+
+def b33_body(table: Array, ids: Array, *, bug: bool = False) -> Array:
+    # table: this device's block of rows (tp); ids: this data-parallel replica's tokens
+    rows = table.shape[0]
+    local = ids - lax.axis_index("tp") * rows
+    mine = (local >= 0) & (local < rows)
+
+    def lookup(t: Array) -> Array:
+        return jnp.where(mine[:, None], t[jnp.clip(local, 0, rows - 1)], 0.0)
+
+    partial_h, pullback = jax.vjp(lookup, table)  # autograd: a scatter-add of rows
+    h = lax.psum(partial_h, "tp")  # the embedding of this replica's tokens
+    (g,) = pullback(2 * h)  # this replica's tokens' gradient of this device's rows
+    if bug:
+        return lax.psum(g, "tp")  # BUG: B33
+    return lax.psum(g, "dp")
+
+
 # B32: Ulysses all-to-all output reshaped with the batch-first shape of a sibling branch.
 def self_attend(t: Array) -> Array:
     """Per-head softmax self-attention over the whole sequence; t: (seq, batch, heads, dim)."""
@@ -828,6 +856,23 @@ ENTRIES: list[dict] = [
         "baseline": b20_base,
         "body": b20_body,
         "bug": "the dp-summed gradient averaged over the expert group's size (4), not dp's (2)",
+    },
+    {
+        "id": "B33",
+        "title": "Embedding gradient reduced over the tensor-parallel group",
+        "link": "https://github.com/NVIDIA/Megatron-LM/issues/844",
+        "bug_class": "wrong collective",
+        "mesh": DP_TP_MESH,
+        "args": {
+            "table": ((32, 8), ("tp", None), F32),
+            "ids": ((16,), ("dp",), "int32"),
+        },
+        "out_spec": ("tp", None),
+        "baseline": b33_base,
+        "body": b33_body,
+        "bug": "the vocab-parallel embedding's gradient (autograd's scatter of each replica's "
+        "tokens into this device's rows) summed over the tp devices, which hold other rows, "
+        "instead of over the dp replicas, which hold the same rows for other tokens",
     },
     {
         "id": "B32",
