@@ -122,9 +122,9 @@ def _prologue_op(graph: Graph, node: Node) -> bool:
 def forward_region(graph: Graph) -> set[int]:
     """A training step's forward pass: the computed ancestors of its earliest output, a
     scalar (the loss) that a quarter of the program or more computes, when other outputs
-    (the gradients) come after it; empty otherwise. The backward
-    reads the forward's saved values long after they were made, so no single value is live
-    between two layers of the whole program; within each pass one is."""
+    (the gradients) come after it; empty otherwise. The backward reads the forward's saved
+    values long after they were made, so no single value is live between two layers of the
+    whole program; within each pass one is."""
     position = _positions(graph)
     computed = [o for o in graph.outputs if graph.node(o).op != "parameter"]
     if len(computed) < 2:
