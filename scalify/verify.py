@@ -38,6 +38,7 @@ from .part_layouts import infer_parts, local_part_cuts, with_output_parts, with_
 from .partition import (
     cut_points,
     final_output,
+    forward_region,
     in_pass_order,
     merge_segments,
     segment_relations,
@@ -328,6 +329,9 @@ def prove_partitioned(
         return None
     base, dist = in_pass_order(base), in_pass_order(dist)
     base_cuts, dist_cuts = cut_points(base), cut_points(dist)
+    # a training step's backward segments read values whose relations are proved on the way:
+    # keys computed ahead of the walk could not match, so nothing is prefetched for them
+    prefetch_tried = bool(forward_region(dist))
     if (
         len(base_cuts) < 2
         or len(dist_cuts) < 2
@@ -345,7 +349,6 @@ def prove_partitioned(
     prefetched: dict[str, Proof] = {}
     entry: list = []
     i = j = 0
-    prefetch_tried = False
     while i < len(base_segs) and j < len(dist_segs):
         if limits.jobs > 1 and i == j >= PREFETCH_AFTER and not prefetch_tried:
             prefetch_tried = True
