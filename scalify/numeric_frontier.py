@@ -20,6 +20,7 @@ from .ir import Graph, at_line
 from .layout import Layout, Placement, layout_str
 from .mesh import Mesh
 from .relations import Relation
+from .report.model import SHOWS_AT
 from .simulate import NotSimulable
 from .simulate.kernels import host
 from .simulate.spmd import (
@@ -52,7 +53,7 @@ def read_numbers(
     for suspect in suspects[:READ_SUSPECTS]:
         # a root cause upstream is read where its wrong value shows: the cause itself (a
         # slice at the wrong place, a gather) may well hold a baseline value
-        shown = suspect.second is not None and suspect.second.role == "shows at"
+        shown = suspect.second is not None and suspect.second.role == SHOWS_AT
         name = suspect.second.node if shown else suspect.node
         node_id = by_name.get(name)
         if node_id is None or node_id not in dist_values:

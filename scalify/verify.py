@@ -54,7 +54,16 @@ from .relations import (
     output_relations,
     read_relations_file,
 )
-from .report.model import EQUIVALENT, NOT_EQUIVALENT, UNKNOWN, OutputResult, Report, Site, Suspect
+from .report.model import (
+    EQUIVALENT,
+    MADE_AT,
+    NOT_EQUIVALENT,
+    UNKNOWN,
+    OutputResult,
+    Report,
+    Site,
+    Suspect,
+)
 from .simulate import NotSimulable, simulate
 from .slice_views import with_slice_alternatives
 from .unit_broadcasts import with_unit_broadcast_forms
@@ -331,7 +340,7 @@ def prove_partitioned(
     base_cuts, dist_cuts = cut_points(base), cut_points(dist)
     # a training step's backward segments read values whose relations are proved on the way:
     # keys computed ahead of the walk could not match, so nothing is prefetched for them
-    prefetch_tried = bool(forward_region(dist))
+    may_prefetch = limits.jobs > 1 and not forward_region(dist)
     if (
         len(base_cuts) < 2
         or len(dist_cuts) < 2
@@ -350,8 +359,8 @@ def prove_partitioned(
     entry: list = []
     i = j = 0
     while i < len(base_segs) and j < len(dist_segs):
-        if limits.jobs > 1 and i == j >= PREFETCH_AFTER and not prefetch_tried:
-            prefetch_tried = True
+        if may_prefetch and i == j >= PREFETCH_AFTER:
+            may_prefetch = False  # once
             prefetched = prefetch_segments(
                 base,
                 dist,
@@ -563,7 +572,7 @@ def _decide(base: Graph, dist: Graph, mesh: Mesh, outputs: list[Relation], proof
         if layouts and not findings:
             node = dist.node(rel.dist_id)
             made = partial_origin(node.id, dist, proof.relations)
-            second = (made, "partial reduction made at") if made not in (None, node) else None
+            second = (made, MADE_AT) if made not in (None, node) else None
             reason = output_mismatch(node, rel.layout, layouts)
             suspects.append(_suspect(node, reason, [], second))
             suspects[-1].neighbourhood = neighbourhood(

@@ -17,6 +17,7 @@ from scalify.layout import Layout, canonical, layout_str
 from scalify.mesh import Mesh
 from scalify.ops import COLLECTIVES, ELEMENTWISE
 from scalify.ops.collectives import collective_axes
+from scalify.report.model import MADE_AT, SHOWS_AT
 
 Proven = dict[int, set[tuple[Layout, int]]]
 LITERALS = {"constant", "iota"}
@@ -501,9 +502,14 @@ _VIEWS = frozenset({"split", "merge", "reshape", "broadcast"})
 
 
 def partial_origin(node_id: int, dist: Graph, proven: Proven) -> Node | None:
-    """Where a value that is a partial reduction (over its first such axis) was made."""
-    axes = sorted(_partial_axes(_layouts(node_id, proven)))
-    return _partial_made_at(node_id, axes[0], dist, proven) if axes else None
+    """Where a value that is a partial reduction (over its first such axis) was made; for a
+    view no rule relates (a keepdims reshape of a max the baseline folds away), where the
+    value it views was."""
+    node = dist.node(node_id)
+    while not _layouts(node.id, proven) and node.op in _VIEWS and node.operands:
+        node = dist.node(node.operands[0])
+    axes = sorted(_partial_axes(_layouts(node.id, proven)))
+    return _partial_made_at(node.id, axes[0], dist, proven) if axes else None
 
 
 def _has_shard(layout: Layout) -> bool:
@@ -561,30 +567,17 @@ def _elsewhere(origin: Node | None, node: Node) -> Node | None:
     return None if same else origin
 
 
-def _origin_behind_backward(node: Node, reason: str, dist: Graph, proven: Proven) -> Node | None:
+def _behind_backward(node: Node, made: Node | None) -> Node | None:
     """For a missing all-reduce found at an op autograd wrote (its line is a `backward()` or
     `autograd.grad` call): the op that made the partial sum it should have reduced, when that
     op has a line of its own (a custom autograd function's backward, Megatron's dgrad
     product). None otherwise: the finding stays where it is."""
-    if "all-reduce over " not in reason or "missing" not in reason or node.loc is None:
+    if made is None or node.loc is None:
         return None
     line = linecache.getline(node.loc.file, node.loc.line)
     if "backward(" not in line and "autograd.grad(" not in line:
         return None
-    partial = next(
-        ((o, axes) for o in node.operands if (axes := _partial_axes(_layouts(o, proven)))), None
-    )
-    if partial is None:
-        return None
-    start, axes = partial
-
-    def is_partial(i: int) -> bool:
-        return bool(axes & _partial_axes(_layouts(i, proven)))
-
-    def made_there(n: Node) -> bool:
-        return is_partial(n.id) and not any(is_partial(o) for o in n.operands)
-
-    return _elsewhere(_nearest_upstream_node(start, dist, made_there, is_partial), node)
+    return _elsewhere(made, node)
 
 
 def _groups_text(groups) -> str:
@@ -619,18 +612,16 @@ def frontier(
             )
             findings += _unrescaled_shift(node, dist, base, proven, findings)
             why = _explain(node, dist, proven, mesh, fused)
-            reason, second = why.reason, None
-            origin = _elsewhere(why.origin, node) or _origin_behind_backward(
-                node, reason, dist, proven
-            )
+            origin = _elsewhere(why.origin, node) or _behind_backward(node, why.made)
+            second = None
             if origin is not None:  # the root cause first, where it shows second
-                node, second = origin, (node, "shows at")
+                node, second = origin, (node, SHOWS_AT)
+            elif _elsewhere(why.made, node) is not None:
+                second = (why.made, MADE_AT)
             if any(f.node.id == node.id for f in findings):
                 continue  # one root cause showing at several ops: one suspect
-            elif _elsewhere(why.made, node) is not None:
-                second = (why.made, "partial reduction made at")
             operands = [describe(o, dist, base, proven) for o in node.operands]
-            findings.append(Finding(node, reason, why.definite, operands, second))
+            findings.append(Finding(node, why.reason, why.definite, operands, second))
     findings.sort(key=lambda f: not f.definite)
     return findings
 
@@ -812,7 +803,7 @@ def _unrescaled_shift(
             "rescale each chunk by exp(chunk max - global max) before the sum",
             True,
             [describe(o, dist, base, proven) for o in origin.operands],
-            (made, "partial reduction made at") if made is not None else None,
+            (made, MADE_AT) if made is not None else None,
         )
     ]
 
@@ -830,16 +821,7 @@ def _first_rescaled(node_id: int, dist: Graph, proven: Proven) -> Node:
 def _shift_made_at(node_id: int, dist: Graph, proven: Proven) -> Node | None:
     """Where the per-chunk max that a rescaled value was shifted by was made."""
     shift = _chunk_shift(_first_rescaled(node_id, dist, proven), dist)
-    return _partial_origin_through_views(shift, dist, proven) if shift is not None else None
-
-
-def _partial_origin_through_views(node_id: int, dist: Graph, proven: Proven) -> Node | None:
-    """`partial_origin` of a value, or of the value it views when no rule relates the view
-    (a keepdims reshape of a max that the baseline folds away)."""
-    node = dist.node(node_id)
-    while not _layouts(node.id, proven) and node.op in _VIEWS:
-        node = dist.node(node.operands[0])
-    return partial_origin(node.id, dist, proven)
+    return partial_origin(shift, dist, proven) if shift is not None else None
 
 
 def _chunk_shift(node: Node, dist: Graph) -> int | None:

@@ -33,13 +33,17 @@ class Neighbourhood:
     hidden: int = 0  # nodes within reach that were left out to keep the picture small
 
 
+SHOWS_AT = "shows at"  # a root-cause suspect's second site: where its wrong value shows
+MADE_AT = "partial reduction made at"  # a missing all-reduce's: where its partial sum was made
+
+
 @dataclass
 class Site:
     """A second place a suspect involves: where its wrong value shows, when the suspect is
     the root cause upstream, or where the partial sum a missing all-reduce should have
     reduced was made."""
 
-    role: str  # "shows at" or "partial reduction made at"
+    role: str  # SHOWS_AT or MADE_AT
     op: str
     node: str
     file: str
