@@ -59,6 +59,7 @@ from typing import Any
 from scalify.errors import ScalifyError
 from scalify.frames import pick_location
 from scalify.frontends.common import prune_and_renumber
+from scalify.frontends.one_hots import one_hot_of
 from scalify.ir import Graph, Node, SourceLoc, at_line
 
 # the namespace of the ops that name device-dependent values (scalify/capture/device_ops.py)
@@ -1243,11 +1244,7 @@ class _Lowering:
 
     def one_hot_of(self, index: int, dim: int, shape: tuple[int, ...]) -> int:
         """`index == iota` along the new dim `dim` of `shape`, as `jax.nn.one_hot` lowers."""
-        kept = tuple(d for d in range(len(shape)) if d != dim)
-        dtype = self.dtype(index)
-        spread = self.new("broadcast", (index,), shape, dtype, {"dims": kept})
-        count = self.new("iota", (), shape, dtype, {"dim": dim})
-        return self.new("compare", (spread, count), shape, "pred", {"direction": "EQ"})
+        return one_hot_of(self.new, index, self.dtype(index), dim, shape)
 
     def op_scatter(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
         """`x.scatter(dim, index, value)` with one index per row along `dim` (what autograd's

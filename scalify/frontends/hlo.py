@@ -24,6 +24,7 @@ from lark.lexer import PatternStr
 from scalify.errors import ScalifyError, line_of
 from scalify.frames import pick_location
 from scalify.frontends.common import prune_and_renumber
+from scalify.frontends.one_hots import one_hot_of
 from scalify.grammar import grammar_path
 from scalify.ir import Graph, Node, SourceLoc, TileSharding
 
@@ -1653,25 +1654,11 @@ class _Lowering:
             batch_arr = _Array(index.dtype, batch)
             index_id = self.new("reshape", (index_id,), batch_arr, {}, ins, loc, fop)
         hot_shape = (*batch, shape.dims[0])
-        spread = self.new(
-            "broadcast",
-            (index_id,),
-            _Array(index.dtype, hot_shape),
-            {"dims": tuple(range(k))},
-            ins,
-            loc,
-            fop,
-        )
-        count = self.new("iota", (), _Array(index.dtype, hot_shape), {"dim": k}, ins, loc, fop)
-        eq = self.new(
-            "compare",
-            (spread, count),
-            _Array("pred", hot_shape),
-            {"direction": "EQ"},
-            ins,
-            loc,
-            fop,
-        )
+
+        def emit(op: str, operands: tuple[int, ...], dims, dtype: str, attrs) -> int:
+            return self.new(op, operands, _Array(dtype, dims), attrs, ins, loc, fop)
+
+        eq = one_hot_of(emit, index_id, index.dtype, k, hot_shape)
         hot_arr = _Array(shape.dtype, hot_shape)
         hot = self.new("convert", (eq,), hot_arr, {"dtype": shape.dtype}, ins, loc, fop)
         dims = tuple(range(k))

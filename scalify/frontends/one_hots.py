@@ -1,0 +1,20 @@
+"""The one-hot of an index as both frontends write it: `index == iota` along a new dim, the
+form `jax.nn.one_hot` lowers to and `one_hot.py` folds into a canonical `one_hot`. An
+embedding's gradient (PyTorch's `index_put` with `accumulate`, JAX's scatter-add of rows) is
+read as this one-hot's transpose times the rows."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+# op, operands, shape, dtype, attrs -> the new node's id
+Emit = Callable[[str, tuple[int, ...], tuple[int, ...], str, dict[str, Any]], int]
+
+
+def one_hot_of(emit: Emit, index: int, index_dtype: str, dim: int, shape: tuple[int, ...]) -> int:
+    """`index == iota` along the new dim `dim` of `shape`."""
+    kept = tuple(d for d in range(len(shape)) if d != dim)
+    spread = emit("broadcast", (index,), shape, index_dtype, {"dims": kept})
+    count = emit("iota", (), shape, index_dtype, {"dim": dim})
+    return emit("compare", (spread, count), shape, "pred", {"direction": "EQ"})
