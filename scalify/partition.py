@@ -120,70 +120,150 @@ def _prologue_op(graph: Graph, node: Node) -> bool:
 
 
 def forward_region(graph: Graph) -> set[int]:
-    """A training step's forward pass: the computed ancestors of its earliest output, a
-    scalar (the loss) that a quarter of the program or more computes, when other outputs
-    (the gradients) come after it; empty otherwise. The backward reads the forward's saved
+    """A training step's forward pass: the computed ancestors of its earliest output (the
+    loss, a scalar or one per token) when they are a quarter of the program or more and the
+    other outputs (the gradients) come after it, with the equal forms of those values (an
+    equal form lives with its node); empty otherwise. The backward reads the forward's saved
     values long after they were made, so no single value is live between two layers of the
     whole program; within each pass one is."""
+    return graph.memo("forward_region", _forward_region)
+
+
+def _forward_region(graph: Graph) -> set[int]:
     position = _positions(graph)
     computed = [o for o in graph.outputs if graph.node(o).op != "parameter"]
     if len(computed) < 2:
         return set()
     first = min(computed, key=position.__getitem__)
-    if first == final_output(graph) or graph.node(first).shape != ():
-        return set()  # a loss is a scalar; a layer's cache (an inference step's) is not
-    region, stack = set(), [first]
-    while stack:
-        node_id = stack.pop()
-        if node_id in region or graph.node(node_id).op == "parameter":
-            continue
-        region.add(node_id)
-        stack.extend(graph.node(node_id).operands)
+    if first == final_output(graph):
+        return set()
+    region = _ancestors(graph, [first], set())
+    if any(o in region for o in computed if o != first):
+        return set()
+    backward = _ancestors(graph, [o for o in computed if o != first], region)
+    partner = graph.memo("equality_partner", _equality_partner)
+    forms = [partner[n] for n in region if n in partner and partner[n] not in region]
+    while forms:  # equal forms of forward values, and what only they are made from (not
+        added: set[int] = set()  # one made from a backward value: that one stays behind)
+        for form in forms:
+            made_from = _ancestors(graph, [form], region | added)
+            if not made_from & backward:
+                added |= made_from
+        region |= added
+        forms = [partner[n] for n in added if n in partner and partner[n] not in region]
     literal = leaf_nodes(graph)
     work = len(region - literal)
     total = sum(1 for n in graph.nodes.values() if n.op != "parameter" and n.id not in literal)
-    if any(o in region for o in computed if o != first) or work * 4 < total:
+    if work * 4 < total:
         return set()  # not a forward pass: a small part of the program
     return region
 
 
+def _ancestors(graph: Graph, roots: list[int], stop: set[int]) -> set[int]:
+    """The computed nodes `roots` are made from, themselves included, outside `stop`."""
+    found: set[int] = set()
+    stack = list(roots)
+    while stack:
+        node_id = stack.pop()
+        if node_id in found or node_id in stop or graph.node(node_id).op == "parameter":
+            continue
+        found.add(node_id)
+        stack.extend(graph.node(node_id).operands)
+    return found
+
+
 def in_pass_order(graph: Graph) -> Graph:
-    """The graph with its forward pass first, in order of depth, and its backward in reverse
-    order of the forward values it reads: a backward value goes with the earliest forward
-    value it or its backward operands read (layer i's backward reads layer i's activations),
-    in order of depth among those. A weight's gradient then sits with its layer's backward,
-    not where the compiler scheduled it. This is the order cuts are looked for in. The graph
-    itself when it has no forward pass of its own."""
+    """The graph with its forward pass first, in the program's order, and its backward in
+    reverse order of the forward values it reads: a backward value goes with the earliest
+    forward value it or its backward operands read (layer i's backward reads layer i's
+    activations), in order of depth among those. A weight's gradient then sits with its
+    layer's backward, not where the compiler scheduled it. An equal form of a value, and
+    what only it is made from, sit right after the value. This is the order cuts are looked
+    for in. The graph itself when it has no forward pass of its own."""
     forward = forward_region(graph)
     if not forward:
         return graph
     position = _positions(graph)
-    form_of = {b: a for a, b in graph.equalities if position[b] > position[a]}
+    pass_key = _pass_keys(graph, forward, position)
+    anchored = _form_anchors(graph, position)
+
+    def key(node_id: int) -> tuple:
+        if node_id in anchored:
+            root, rank = anchored[node_id]
+            return (*pass_key[root], rank, position[node_id])
+        return (*pass_key[node_id], 0, 0)
+
+    for _ in range(8):  # a form made from a value its node's pass does not have stays put
+        order = sorted(graph.nodes, key=key)
+        early = _before_operands(graph, order)
+        if not early:
+            return replace(graph, nodes={n: graph.nodes[n] for n in order}, derived={})
+        if not early & anchored.keys():
+            break
+        for node_id in early:
+            anchored.pop(node_id, None)
+    return graph
+
+
+def _before_operands(graph: Graph, order: list[int]) -> set[int]:
+    """The nodes `order` puts before one of their operands."""
+    seen: set[int] = set()
+    early = set()
+    for node_id in order:
+        if not all(o in seen for o in graph.node(node_id).operands):
+            early.add(node_id)
+        seen.add(node_id)
+    return early
+
+
+def _pass_keys(graph: Graph, forward: set[int], position: dict[int, int]) -> dict[int, tuple]:
+    """Each node's place: the forward (and the inputs) by position; the backward by the
+    earliest forward value it goes with, latest first, then by depth among backward values.
+    A backward value that reads no forward value (a one-hot of the input tokens for the
+    embedding's gradient, the loss's seed) goes with its first user."""
     backward = {n for n in graph.nodes if n not in forward and graph.node(n).op != "parameter"}
     leaves = leaf_nodes(graph)  # a prologue's values (RoPE's tables) go with every layer
     depth: dict[int, int] = {}
-    reads: dict[int, int] = {}  # backward node -> the earliest forward value it goes with
+    reads: dict[int, int] = {}
+    none = len(position)
     for node in graph.nodes.values():
-        inside = node.id in backward
-        region = [o for o in node.operands if (o in backward) == inside]
-        depth[node.id] = 1 + max((depth[o] for o in region), default=-1)
-        if inside:
-            read = [position[o] for o in node.operands if o in forward and o not in leaves]
-            read += [reads[o] for o in node.operands if o in backward]
-            reads[node.id] = min(read, default=len(position))
-        if node.id in form_of:  # an equal form stays with its node, and its users after it
-            a = form_of[node.id]
-            depth[node.id] = max(depth[node.id], depth[a])
-            if inside and a in reads:
-                reads[node.id] = min(reads[node.id], reads[a])
+        if node.id not in backward:
+            continue
+        inside = [o for o in node.operands if o in backward]
+        depth[node.id] = 1 + max((depth[o] for o in inside), default=-1)
+        read = [position[o] for o in node.operands if o in forward and o not in leaves]
+        reads[node.id] = min(read + [reads[o] for o in inside], default=none)
+    users = graph.memo("users", Graph.users)
+    for node_id in reversed(list(graph.nodes)):
+        if node_id in backward and reads[node_id] == none:
+            reads[node_id] = max(
+                (reads[u] for u in users.get(node_id, []) if u in backward), default=none
+            )
+    return {
+        n: (True, -reads[n], depth[n], position[n]) if n in backward else (False, 0, 0, position[n])
+        for n in graph.nodes
+    }
 
-    def key(node_id: int) -> tuple[bool, int, int, int]:
-        if node_id in backward:
-            return (True, -reads[node_id], depth[node_id], position[node_id])
-        return (False, 0, depth[node_id], position[form_of.get(node_id, node_id)])
 
-    nodes = {node_id: graph.nodes[node_id] for node_id in sorted(graph.nodes, key=key)}
-    return replace(graph, nodes=nodes, derived={})
+def _form_anchors(graph: Graph, position: dict[int, int]) -> dict[int, tuple[int, int]]:
+    """Equal forms (rank 2) and the nodes only they read (rank 1), each with the value it
+    is a form of: canonicalisation appends them at the end of the program."""
+    form_of = {b: a for a, b in graph.equalities if position[b] > position[a]}
+    anchored: dict[int, tuple[int, int]] = {}
+    for b, a in form_of.items():
+        while a in form_of:
+            a = form_of[a]
+        anchored[b] = (a, 2)
+    users = graph.memo("users", Graph.users)
+    outputs = set(graph.outputs)
+    for node_id in reversed(list(graph.nodes)):
+        uses = users.get(node_id, [])
+        if node_id in anchored or node_id in outputs or not uses:
+            continue
+        if all(u in anchored for u in uses) and graph.node(node_id).op != "parameter":
+            first = min(uses, key=position.__getitem__)
+            anchored[node_id] = (anchored[first][0], 1)
+    return anchored
 
 
 def cut_points(graph: Graph) -> list[int]:

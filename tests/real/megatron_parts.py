@@ -58,7 +58,19 @@ def main() -> None:
     # their shapes give, as inputs do
     given = RelationsFile("<megatron_parts>", None, {}, stated, infer_outputs=True)
     report = verify_graphs(baseline, parallel, rules, parse_mesh(f"tp={args.tp}"), given)
-    args.out.write_text(json.dumps(report.to_dict()))
+    result = report.to_dict()
+    # each graph's segments as partitioning cuts it (a training step: pass by pass)
+    result["segments"] = {
+        side: _segment_sizes(graph) for side, graph in (("baseline", baseline), ("tp", parallel))
+    }
+    args.out.write_text(json.dumps(result))
+
+
+def _segment_sizes(graph) -> list[int]:
+    from scalify.partition import cut_points, in_pass_order, segments
+
+    ordered = in_pass_order(graph)
+    return [len(s.nodes) for s in segments(ordered, cut_points(ordered))]
 
 
 def _cpu_buffers() -> None:

@@ -129,6 +129,19 @@ def test_a_gpt_training_step_is_proved(tmp_path, options):
     assert len(report["outputs"]) == 29  # the loss, and the gradients of 28 weights
 
 
+@pytest.mark.slow
+def test_the_gpt_training_step_is_cut_between_layers_in_both_passes(tmp_path):
+    """Megatron's own step (autograd's backward after the forward, loss one per token):
+    partitioning finds its forward pass and cuts each pass between its two layers
+    (attention, then MLP). Its segments are not proved yet (the whole step is, above): an
+    equal form of a forward value that canonicalisation builds from backward values leaves
+    the attention's head merges unrelated inside the forward's segment."""
+    report = _verify(tmp_path, "--part", "gpt", "--loss", "--grad", "--tp", "2")
+    for side, sizes in report["segments"].items():
+        layers = [size for size in sizes if size > 20]
+        assert len(layers) >= 8, (side, sizes)  # 2 layers x (attention, MLP) x 2 passes
+
+
 def test_a_qkv_projection_whose_input_gradient_is_not_reduced_is_caught(tmp_path):
     """The first layer's QKV projection built with `disable_grad_reduce` (its input's
     gradient left for another module to reduce): the forward and the loss are unchanged;
