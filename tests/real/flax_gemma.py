@@ -66,7 +66,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
     parser.add_argument("--mesh", required=True, help="fsdp=F,tensor=T")
-    parser.add_argument("--part", choices=["full", "embed"], default="full")
+    parser.add_argument("--part", choices=["full", "embed", "embed_grad"], default="full")
     parser.add_argument("--heads", type=int, default=8)
     parser.add_argument("--kv-heads", type=int, default=4)
     args = parser.parse_args()
@@ -146,10 +146,17 @@ def _export(args, shape: tuple[int, int]) -> None:
         )
         graphdef, state = nnx.split(model)
 
+        def embedded(state, inputs):
+            model = nnx.merge(graphdef, state)
+            return model.embedder(inputs, out_sharding=sharding.act_btd)
+
         def forward(state, inputs):  # as train.py's eval_step calls the model
             model = nnx.merge(graphdef, state)
             if args.part == "embed":
-                return model.embedder(inputs, out_sharding=sharding.act_btd)
+                return embedded(state, inputs)
+            if args.part == "embed_grad":  # the embedding table's gradient, from autograd
+                loss = lambda s: jnp.sum(jnp.square(embedded(s, inputs)))  # noqa: E731
+                return jax.grad(loss)(state)
             input_mask = inputs > 0
             positions = transformer_lib.build_positions_from_mask(input_mask)
             attention_mask = transformer_lib.make_causal_attn_mask(input_mask)
