@@ -89,4 +89,3 @@ def test_the_embedding_gradient_is_read_as_a_one_hot_product(tmp_path):
     for name in ("baseline.hlo", "dist.hlo"):
         ops = {n.op for n in load_graph(str(tmp_path / name)).nodes.values()}
         assert "scatter" not in ops and "dot" in ops, (name, sorted(ops))
-
