@@ -28,7 +28,7 @@ from scalify.report.svg import layered_layout, render_svg
 HLO = MLP / "hlo"
 BASE = str(HLO / "baseline.hlo")
 BUGGY = str(HLO / "tp_bias_before_allreduce.hlo")
-WINDOW = (1200, 1600)
+WINDOW = (1200, 2400)  # tall enough that the suspect's picture is on screen with any font
 CHROMIUM_FLAGS = [
     "--headless",
     "--no-sandbox",
