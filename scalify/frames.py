@@ -111,6 +111,10 @@ def pick_location(frames: list[SourceLoc], cwd: str | None = None) -> SourceLoc 
     elif _source_checkout_path(chosen.file) is not None:  # a library's source: its caller
         outer = frames[frames.index(chosen) + 1 :]
         site = next((f for f in outer if f.file != chosen.file), None)
+    else:  # the user's own helper: the line of the same file that called it, if any
+        outer = [f for f in frames[frames.index(chosen) + 1 :] if not is_machinery(f.file)]
+        if outer and outer[0].file == chosen.file and outer[0].function != chosen.function:
+            site = outer[0]
     if site is not None:
         site = SourceLoc(display_path(site.file, cwd), site.line, site.function)
     return SourceLoc(display_path(chosen.file, cwd), chosen.line, chosen.function, site)

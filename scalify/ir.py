@@ -118,6 +118,19 @@ class Graph:
                 result[operand].append(node.id)
         return result
 
+    def computed_ancestors(self, roots, stop: set[int] | frozenset = frozenset()) -> set[int]:
+        """The computed nodes `roots` are made from, themselves included, outside `stop`
+        (parameters are inputs, not computed)."""
+        found: set[int] = set()
+        stack = list(roots)
+        while stack:
+            node_id = stack.pop()
+            if node_id in found or node_id in stop or self.nodes[node_id].op == "parameter":
+                continue
+            found.add(node_id)
+            stack.extend(self.nodes[node_id].operands)
+        return found
+
     def opaque_nodes(self) -> list[Node]:
         return [n for n in self.nodes.values() if n.op == "opaque"]
 

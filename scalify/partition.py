@@ -137,16 +137,16 @@ def _forward_region(graph: Graph) -> set[int]:
     first = min(computed, key=position.__getitem__)
     if first == final_output(graph):
         return set()
-    region = _ancestors(graph, [first], set())
+    region = graph.computed_ancestors([first], set())
     if any(o in region for o in computed if o != first):
         return set()
-    backward = _ancestors(graph, [o for o in computed if o != first], region)
+    backward = graph.computed_ancestors([o for o in computed if o != first], region)
     partner = graph.memo("equality_partner", _equality_partner)
     forms = [partner[n] for n in region if n in partner and partner[n] not in region]
     while forms:  # equal forms of forward values, and what only they are made from (not
         added: set[int] = set()  # one made from a backward value: that one stays behind)
         for form in forms:
-            made_from = _ancestors(graph, [form], region | added)
+            made_from = graph.computed_ancestors([form], region | added)
             if not made_from & backward:
                 added |= made_from
         region |= added
@@ -157,19 +157,6 @@ def _forward_region(graph: Graph) -> set[int]:
     if work * 4 < total:
         return set()  # not a forward pass: a small part of the program
     return region
-
-
-def _ancestors(graph: Graph, roots: list[int], stop: set[int]) -> set[int]:
-    """The computed nodes `roots` are made from, themselves included, outside `stop`."""
-    found: set[int] = set()
-    stack = list(roots)
-    while stack:
-        node_id = stack.pop()
-        if node_id in found or node_id in stop or graph.node(node_id).op == "parameter":
-            continue
-        found.add(node_id)
-        stack.extend(graph.node(node_id).operands)
-    return found
 
 
 def in_pass_order(graph: Graph) -> Graph:

@@ -139,13 +139,14 @@ def verify_graphs(
     notes = []
     if not all(r.ok for r in results) and (lifted := lift_chunk_axis(dist, mesh)):
         # A dim of independent chunks reduced across: prove it as a mesh axis (chunk_axes.py).
-        proof, results, suspects, definite = _prove_and_decide(
-            base, lifted.graph, rules, lifted.mesh, inputs, outputs, limits
-        )
-        notes.append(
-            f"a dim of {lifted.chunks} independent chunks, reduced across, is read as mesh "
-            f"axis '{CHUNK_AXIS}' of size {lifted.chunks} (see docs/explanation/design.md)"
-        )
+        tried = _prove_and_decide(base, lifted.graph, rules, lifted.mesh, inputs, outputs, limits)
+        if _explains_more(tried, lifted.graph, (proof, results), dist):
+            proof, results, suspects, definite = tried
+            notes.append(
+                f"a dim of {lifted.chunks} independent chunks, reduced across, is read as "
+                f"mesh axis '{CHUNK_AXIS}' of size {lifted.chunks} (see "
+                "docs/explanation/design.md)"
+            )
     stats = proof.stats
     timings["prove"] = time.perf_counter() - start
 
@@ -227,6 +228,39 @@ def _prove_and_decide(base, dist, rules, mesh, inputs, outputs, limits: Limits):
         if suspect.reason.startswith("no rule relates"):
             suspect.nearest_rules = rules_for_op(suspect.op, len(suspect.operands), rules)
     return proof, results, suspects, definite
+
+
+def _off_axis_first(dist: Graph, off_axis: list, findings: list) -> list:
+    """The frontier's findings with the collectives over no mesh axis's groups. A wrong
+    reduction goes first when it feeds a finding (the root cause of what shows there) or
+    when no finding is a known bug pattern (a frontier of rule gaps only: a reduction over
+    the wrong devices is the likelier cause); after the findings otherwise."""
+    if not off_axis:
+        return findings
+    ancestors = dist.computed_ancestors(f.node.id for f in findings)
+    if not any(f.definite for f in findings):
+        return off_axis + findings
+    causes = [f for f in off_axis if f.node.id in ancestors]
+    return causes + findings + [f for f in off_axis if f not in causes]
+
+
+def _explains_more(lifted, lifted_graph: Graph, plain, plain_graph: Graph) -> bool:
+    """Whether the proof of the chunk-lifted graph is the one to report: it proves more
+    outputs, or as many and relates a larger share of the distributed nodes. Reading a dim
+    as chunks is a guess about the program; where it relates less (a permuted dim that only
+    looks like chunks), the plain proof's frontier is the one that points at the bug."""
+    (lifted_proof, lifted_results, *_), (plain_proof, plain_results) = lifted, plain
+    proved = sum(r.ok for r in lifted_results) - sum(r.ok for r in plain_results)
+    if proved:
+        return proved > 0
+    return _related_share(lifted_proof, lifted_graph) >= _related_share(plain_proof, plain_graph)
+
+
+def _related_share(proof: Proof, graph: Graph) -> float:
+    related = {i for i in proof.relations if i in graph.nodes} | (
+        proof.replicated & graph.nodes.keys()
+    )
+    return len(related) / max(len(graph.nodes), 1)
 
 
 def _refine(base, dist, mesh, inputs, outputs, definite: bool, limits: Limits):
@@ -546,7 +580,11 @@ def _decide(base: Graph, dist: Graph, mesh: Mesh, outputs: list[Relation], proof
     findings = frontier(
         where_dist, where_base, where.relations, mesh, where.replicated | where.reached
     ) or frontier(where_dist, where_base, where.relations, mesh, where.reached)
-    findings += off_axis_collectives(where_dist, where_base, where.relations, mesh, findings)
+    findings = _off_axis_first(
+        where_dist,
+        off_axis_collectives(where_dist, where_base, where.relations, mesh, findings),
+        findings,
+    )
     suspects = [_suspect(f.node, f.reason, f.operands, f.second) for f in findings]
     for suspect, f in zip(suspects[:PICTURED_SUSPECTS], findings, strict=False):
         suspect.neighbourhood = neighbourhood(
@@ -601,6 +639,7 @@ def _suspect(node, reason: str, operands: list[str], second=None) -> Suspect:
         framework_op=node.framework_op,
         called_from=str(loc.call_site) if loc and loc.call_site else "",
         second=second,
+        caller=(loc.call_site.file, loc.call_site.line) if loc and loc.call_site else None,
     )
 
 

@@ -70,12 +70,17 @@ class Suspect:
     # what both programs run on random inputs say here (scalify/numeric_frontier.py)
     numerically: str = ""
     second: Site | None = None
+    # `called_from` as (file, line): the call that passed this op's function its operands
+    caller: tuple[str, int] | None = None
 
     def sites(self) -> list[tuple[str, int]]:
-        """The suspect's lines, its own first: a bug fixed at either is this suspect's."""
+        """The suspect's lines, its own first: a bug fixed at any is this suspect's (the
+        second site, or the call whose arguments the op received)."""
         lines = [(self.file, self.line)]
         if self.second is not None:
             lines.append((self.second.file, self.second.line))
+        if self.caller is not None:
+            lines.append(self.caller)
         return lines
 
 

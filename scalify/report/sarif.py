@@ -21,11 +21,16 @@ def render_sarif(report: Report) -> str:
         }
         if suspect.file:
             result["locations"] = [_location(suspect.file, suspect.line)]
+        related = []
         second = suspect.second
         if second is not None and second.file:
-            related = _location(second.file, second.line)
-            related["message"] = {"text": f"{second.role}: {second.op} `{second.node}`"}
-            result["relatedLocations"] = [related]
+            related.append(_location(second.file, second.line))
+            related[-1]["message"] = {"text": f"{second.role}: {second.op} `{second.node}`"}
+        if suspect.caller is not None:
+            related.append(_location(*suspect.caller))
+            related[-1]["message"] = {"text": f"called from {suspect.called_from}"}
+        if related:
+            result["relatedLocations"] = related
         results.append(result)
     if report.verdict != EQUIVALENT and not results:
         results.append(

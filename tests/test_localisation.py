@@ -1,0 +1,109 @@
+"""Localisation of bugs that leave no op of their own at the line to fix: an argument passed to
+a helper unpermuted, a permutation that makes a dim look like independent chunks, a
+reduction over groups that are no mesh axis. The first suspect must name the line."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from conftest import REPO, export_example
+from scalify.compiler.compile import compile_rule_dir
+
+from scalify.frames import pick_location
+from scalify.ir import SourceLoc
+from scalify.layout import layout_str
+from scalify.mutate import mutants
+from scalify.mutation_corpus import hlo_pairs
+from scalify.relations import RelationsFile, input_relations, output_relations
+from scalify.verify import Limits, verify_graphs
+
+pytest.importorskip("jax")
+
+
+def test_a_helpers_op_is_located_with_the_line_that_called_it():
+    helper = SourceLoc("pkg/model.py", 180, "causal_attention")
+    caller = SourceLoc("pkg/model.py", 345, "attention")
+    driver = SourceLoc("pkg/export.py", 20, "main")
+    loc = pick_location([helper, caller, driver], cwd="/nowhere")
+    assert (loc.file, loc.line) == ("pkg/model.py", 180)
+    assert (loc.call_site.file, loc.call_site.line) == ("pkg/model.py", 345)
+    # a top-level function called from another file (the driver) has no call site
+    assert pick_location([caller, driver], cwd="/nowhere").call_site is None
+
+
+def _last_line_of(path, pattern: str) -> int:
+    """The last line holding `pattern` (the tensor-parallel program's, after the baseline's)."""
+    lines = path.read_text().splitlines()
+    return max(i for i, line in enumerate(lines, 1) if pattern in line)
+
+
+def _report_of_mutant(out, files, pick):
+    """The report on the first mutant of the distributed graph that `pick(mutant)` selects."""
+    rules = compile_rule_dir(REPO / "rules")
+    ((_, base, dist, mesh, given),) = hlo_pairs(out, *files)
+    inputs = input_relations(base, dist, mesh, given)
+    outputs = output_relations(base, dist, mesh, given, inputs)
+    stated = given or RelationsFile("<mutant>", None, {}, None)
+    if stated.outputs is None:
+        stated = replace(stated, outputs=[layout_str(r.layout) for r in outputs])
+    mutant = next(m for m in mutants(dist, mesh) if pick(m))
+    return mutant, verify_graphs(
+        base, mutant.graph, rules, mesh, stated, limits=Limits(simulate=False)
+    )
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory):
+    out = tmp_path_factory.mktemp("llama_full")
+    script = REPO / "examples" / "llama" / "export.py"
+    return export_example(
+        script, out, "--config", "tiny", "--tp", "2", "--parts", "full", "--bugs", "none"
+    )
+
+
+def test_an_argument_left_unpermuted_is_located_at_the_call(llama):
+    """`causal_attention(q, ...)` where `q.transpose(0, 2, 1, 3)` belongs: the identity
+    leaves no op at the call, and the dot that pairs the wrong dims is in the helper; the
+    report names the call that passed it."""
+    model = REPO / "examples" / "llama" / "model.py"
+    call = _last_line_of(model, "o = causal_attention(q.transpose")
+    mutant, report = _report_of_mutant(
+        llama,
+        ("baseline.hlo", "tp.hlo"),
+        lambda m: "perm [0, 1, 2, 3]" in m.description and m.sites[0][1] == call,
+    )
+    assert report.verdict != "equivalent"
+    first = report.suspects[0]
+    assert first.op == "dot" and ("examples/llama/model.py", call) in first.sites()
+    assert first.called_from.startswith(f"examples/llama/model.py:{call}")
+
+
+def test_a_permutation_that_looks_like_chunks_keeps_the_plain_proofs_suspect(llama):
+    """A transpose of four dims of 8 into [0, 3, 1, 2] makes the head-dim contraction look
+    like a reduction across independent chunks; read as a chunk axis nothing relates, so the
+    report keeps the plain proof, whose first suspect is the transpose itself."""
+    model = REPO / "examples" / "llama" / "model.py"
+    call = _last_line_of(model, "o = causal_attention(q.transpose")
+    _, report = _report_of_mutant(
+        llama,
+        ("baseline.hlo", "tp.hlo"),
+        lambda m: "perm [0, 3, 1, 2]" in m.description and m.sites[0][1] == call,
+    )
+    assert report.suspects[0].op == "transpose"
+    assert report.suspects[0].line == call
+    assert not any("independent chunks" in note for note in report.notes)
+
+
+def test_a_reduction_over_no_mesh_axis_comes_before_the_rule_gaps_it_leaves(tmp_path):
+    script = REPO / "examples" / "flash_decoding" / "export.py"
+    out = export_example(script, tmp_path, "--tp", "2")
+    _, report = _report_of_mutant(
+        out,
+        ("baseline.hlo", "fd.hlo"),
+        lambda m: (
+            m.description.startswith("all_reduce `pmax") and "half the group" in m.description
+        ),
+    )
+    first = report.suspects[0]
+    assert first.op == "all_reduce" and "not the groups of any mesh axis" in first.reason
