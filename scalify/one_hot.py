@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from .index_forms import IndexReader, array_plus_block, device_block
 from .int_ranges import is_int_dtype
-from .ir import Graph, NewNodes, Node, replace_nodes
+from .ir import ROW_MAJOR_VIEWS, Graph, NewNodes, Node, replace_nodes
 from .one_hot_sums import fold_one_hot_sums
 
 
@@ -97,12 +97,30 @@ def _one_hot_nodes(
     graph: Graph,
     next_id: int,
 ) -> list[Node]:
-    block = _block_offset_form(index, reader, ranges, graph)
-    if block is None or size != reader.block_size_of(index):
+    inner = _under_views(index, graph.nodes)
+    block = _block_offset_form(inner, reader, ranges, graph)
+    if block is None or size != reader.block_size_of(inner):
         new = NewNodes(node, next_id)
         new.add("one_hot", (index,), node.shape, "pred", {"dim": dim, "size": size})
         return new.nodes
-    return block_one_hot_nodes(node, *block, dim, size, graph, next_id)
+    if inner == index:
+        return block_one_hot_nodes(node, *block, dim, size, graph, next_id)
+    # the local index is a view of i - c*r: the same view of i, in the same positions
+    whole, coord, n = block
+    new = NewNodes(node, next_id)
+    index_node = graph.nodes[index]
+    viewed = new.add("reshape", (whole,), index_node.shape, index_node.dtype, {})
+    after = new.next_id + len(new.nodes)
+    return new.nodes + block_one_hot_nodes(node, viewed, coord, n, dim, size, graph, after)
+
+
+def _under_views(node_id: int, nodes: dict[int, Node]) -> int:
+    """The value under a chain of row-major views (a unit dim added or dropped): the same
+    elements in the same order, so an index form read there holds here, element for
+    element, once its array is viewed the same way."""
+    while nodes[node_id].op in ROW_MAJOR_VIEWS:
+        node_id = nodes[node_id].operands[0]
+    return node_id
 
 
 def block_one_hot_nodes(

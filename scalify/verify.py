@@ -24,6 +24,7 @@ from .engine.encode import (
 from .engine.frontier import frontier, off_axis_collectives, output_mismatch, partial_origin
 from .engine.scaling import scaled_outputs, scaling_facts
 from .errors import ScalifyError
+from .fill_outputs import fill_fits
 from .frontends import load_graph
 from .ir import Graph
 from .layout import Layout, canonical, layout_str, local_shape
@@ -554,13 +555,14 @@ def _decide(base: Graph, dist: Graph, mesh: Mesh, outputs: list[Relation], proof
     for index, rel in enumerate(outputs):
         layouts = [lay for lay, b in proven.get(rel.dist_id, ()) if b == rel.base_id]
         want = canonical(rel.layout)
-        ok = any(canonical(lay) == want for lay in layouts)
+        filled = fill_fits(base, rel.base_id, dist, rel.dist_id, rel.layout, mesh)
+        ok = filled or any(canonical(lay) == want for lay in layouts)
         shape_ok = (
             local_shape(base.node(rel.base_id).shape, rel.layout, mesh)
             == dist.node(rel.dist_id).shape
         )
-        proven_text = (
-            " | ".join(sorted({layout_str(canonical(lay)) for lay in layouts})) or "unrelated"
+        proven_text = " | ".join(sorted({layout_str(canonical(lay)) for lay in layouts})) or (
+            "the baseline's fill, at the layout's shape" if filled else "unrelated"
         )
         results.append(
             OutputResult(

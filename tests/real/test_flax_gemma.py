@@ -75,12 +75,12 @@ def test_a_reduction_taken_out_of_the_partitioned_program_is_caught(exported, tm
     assert "all-reduce over tensor missing" in report.suspects[0].reason
 
 
-def test_the_embedding_gradient_is_read_as_a_one_hot_product(tmp_path):
+def test_the_embedding_gradient_is_proved(tmp_path):
     """`jax.grad` of Flax's own embedder, partitioned by XLA: both programs' scatter-adds of
-    rows are read as one-hot products (`one_hot(ids)^T g`), none stays an opaque scatter.
-    Not proved yet: the partitioned program shifts the ids into the device's block behind
-    JAX's negative-index wrap and a reshape of the offset, which the block one-hot does not
-    read (tests/corpus B33 is proved, its ids shifted directly)."""
+    rows are read as one-hot products (`one_hot(ids)^T g`), none stays an opaque scatter; the
+    partitioned program's ids, shifted into the device's block behind JAX's negative-index
+    wrap and a unit dim, make the device's slice of the one-hot; the gradients of the
+    weights the loss never reads are zeros in both."""
     from scalify.frontends import load_graph
 
     command = [sys.executable, str(HERE / "flax_gemma.py"), str(tmp_path), "--mesh"]
@@ -89,3 +89,24 @@ def test_the_embedding_gradient_is_read_as_a_one_hot_product(tmp_path):
     for name in ("baseline.hlo", "dist.hlo"):
         ops = {n.op for n in load_graph(str(tmp_path / name)).nodes.values()}
         assert "scatter" not in ops and "dot" in ops, (name, sorted(ops))
+    report = verify_files(
+        str(tmp_path / "baseline.hlo"), str(tmp_path / "dist.hlo"), RULES, mesh="tensor=2"
+    )
+    assert report.verdict == "equivalent", [o for o in report.outputs if not o.ok]
+    assert report.outputs[0].proven == "shard(0, tensor)"
+
+
+def test_an_embedding_gradient_added_at_the_global_rows_is_caught(tmp_path):
+    """The partitioned program's shift of the ids into the device's block taken out: every
+    device adds the rows of the first block's tokens into its own block."""
+    command = [sys.executable, str(HERE / "flax_gemma.py"), str(tmp_path), "--mesh"]
+    command += ["fsdp=1,tensor=2", "--part", "embed_grad"]
+    subprocess.run(command, check=True, capture_output=True)
+    text = (tmp_path / "dist.hlo").read_text()
+    shift = re.compile(r"(%[\w.\-]+ = s32\[[\d,]+\]\{[\d,]+\}) subtract\((%[\w.\-]+), %[\w.\-]+\)")
+    broken = tmp_path / "broken.hlo"
+    broken.write_text(shift.sub(r"\1 copy(\2)", text, count=1))
+    assert broken.read_text() != text
+    report = verify_files(str(tmp_path / "baseline.hlo"), str(broken), RULES, mesh="tensor=2")
+    assert report.verdict == "not_equivalent"
+    assert report.suspects[0].op == "one_hot" and report.suspects[0].file.endswith("modules.py")

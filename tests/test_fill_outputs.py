@@ -1,0 +1,49 @@
+"""Outputs that fill one scalar (a gradient the loss never reads is zeros in both programs):
+proved under every layout that fits their shape, never across different literals, never as a
+sum of copies that is not the fill."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import REPO
+
+from scalify.verify import verify_files
+
+REPO_RULES = str(REPO / "rules")
+
+
+def _hlo(shape: str, value: str) -> str:
+    return (
+        "HloModule fill\n\nENTRY main {\n"
+        f"  c = f32[] constant({value})\n"
+        f"  ROOT b = f32[{shape}] broadcast(c), dimensions={{}}\n}}\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("local", "value", "layout", "verdict"),
+    [
+        ("4,4", "0", "shard(0, tp)", "equivalent"),
+        ("8,2", "0", "shard(1, tp)", "equivalent"),
+        ("8,4", "0", "partial(sum, tp)", "equivalent"),  # 0 + 0 is 0
+        ("8,4", "1", "partial(max, tp)", "equivalent"),
+        ("8,4", "1", "partial(sum, tp)", "not_equivalent"),  # 1 + 1 is not 1
+        ("4,4", "1", "shard(0, tp)", "not_equivalent"),  # the baseline fills 0
+        ("8,4", "0", "shard(0, tp)", "not_equivalent"),  # the wrong local shape
+    ],
+)
+def test_a_fill_is_any_layout_that_fits(tmp_path, local, value, layout, verdict):
+    base_value = "1" if "max" in layout or ("sum" in layout and value == "1") else "0"
+    (tmp_path / "base.hlo").write_text(_hlo("8,4", base_value))
+    (tmp_path / "dist.hlo").write_text(_hlo(local, value))
+    (tmp_path / "rel.json").write_text(json.dumps({"outputs": [layout]}))
+    report = verify_files(
+        str(tmp_path / "base.hlo"),
+        str(tmp_path / "dist.hlo"),
+        REPO_RULES,
+        mesh="tp=2",
+        relations=str(tmp_path / "rel.json"),
+    )
+    assert report.verdict == verdict, report.outputs
