@@ -130,3 +130,29 @@ def test_writes_through_a_reshaped_view_and_into_an_out_argument_are_read(mesh):
         plain, _softmax_grad_by_hand(2.0), mesh=mesh, example_inputs=(x, target)
     )
     assert wrong.verdict == "not_equivalent"
+
+
+def _rows_written(scale: float, order=(0, 1, 2)):
+    """A scan's output filled one index at a time (`out[:, i] = ...`, transformers' gated
+    delta rule): each write is through a `select` view."""
+
+    def program(x):
+        out = torch.zeros_like(x)
+        for i in order:
+            out[:, i] = x[:, i] * scale + i
+        return out
+
+    return program
+
+
+def test_writes_through_an_index_are_the_rows_they_write(mesh):
+    """Read, not refused (a later read of `out` was an error before): the same writes prove."""
+    report = _check(mesh, _rows_written(1.0), _rows_written(1.0), (4, 3))
+    assert report.verdict == "equivalent", [s.reason for s in report.suspects[:2]]
+
+
+def test_a_wrong_value_written_through_an_index_is_not_proved(mesh):
+    report = _check(mesh, _rows_written(1.0), _rows_written(2.0), (4, 3))
+    assert report.verdict == "not_equivalent"
+    report = _check(mesh, _rows_written(1.0), _rows_written(1.0, order=(0, 1)), (4, 3))
+    assert report.verdict == "not_equivalent"  # the last row never written: zeros

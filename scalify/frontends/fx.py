@@ -1926,7 +1926,7 @@ class _Lowering:
         new = self.functional_value(fx_node, namespace, name, overload)
         self.env[fx_node] = new
         if new is None or not all(
-            _plain_slice(v) or _in_place(v) or _whole_reshape(v) for v in chain
+            _plain_slice(v) or _select(v) or _in_place(v) or _whole_reshape(v) for v in chain
         ):
             stale.append(root)  # a write Scalify cannot put back: no later read of it
         elif not chain:
@@ -1970,6 +1970,13 @@ class _Lowering:
                 shape = self.shape_of(view.meta["val"])
                 current[view] = self.new("reshape", (parent,), shape, self.dtype(parent))
                 continue
+            if _select(view):  # one index of a dim, the dim dropped: a slice of one, squeezed
+                parent = current[view.args[0]]
+                dim, index = self.select_index(view, parent)
+                shape = self.shape_of(view.meta["val"])
+                one = self.piece(parent, dim, index, index + 1)
+                current[view] = self.new("reshape", (one,), shape, self.dtype(parent))
+                continue
             dim, begin, end = self.slice_bounds(view, current[view.args[0]])
             current[view] = self.piece(current[view.args[0]], dim, begin, end)
         for view in chain:
@@ -1980,7 +1987,13 @@ class _Lowering:
                 shape, dtype = self.shape(parent), self.dtype(parent)
                 written = self.new("reshape", (self.convert(written, dtype),), shape, dtype)
                 continue
-            dim, begin, end = self.slice_bounds(view, parent)
+            if _select(view):  # the written value gets its dim back, as a slice of one
+                dim, begin = self.select_index(view, parent)
+                end, shape = begin + 1, list(self.shape(parent))
+                shape[dim] = 1
+                written = self.new("reshape", (written,), tuple(shape), self.dtype(written))
+            else:
+                dim, begin, end = self.slice_bounds(view, parent)
             size, dtype = self.shape(parent)[dim], self.dtype(parent)
             parts = [self.piece(parent, dim, 0, begin)] if begin else []
             parts.append(self.convert(written, dtype))
@@ -1995,6 +2008,12 @@ class _Lowering:
         dim = int(dim) % len(shape)
         begin, stop, _ = slice(start, end, 1).indices(shape[dim])
         return dim, begin, max(begin, stop)
+
+    def select_index(self, view: Any, parent: int) -> tuple[int, int]:
+        """(dim, index) of an `aten.select` view of `parent`'s value, both made nonnegative."""
+        shape = self.shape(parent)
+        dim = int(view.args[1]) % len(shape)
+        return dim, int(view.args[2]) % shape[dim]
 
     def piece(self, x: int, dim: int, begin: int, end: int) -> int:
         """x[begin:end] along dim; a piece of a concatenation along dim is that piece."""
@@ -2305,6 +2324,16 @@ def _in_place(node: Any) -> bool:
 def _plain_slice(node: Any) -> bool:
     """`aten.slice(x, dim, start, end)` with step 1."""
     return _op_name(node.target)[1] == "slice" and _slice_args(node)[3] in (None, 1)
+
+
+def _select(node: Any) -> bool:
+    """`aten.select(x, dim, index)` with a constant index: one index of a dim, the dim
+    dropped (`out[:, :, i]`)."""
+    return (
+        _op_name(node.target)[1] == "select"
+        and len(node.args) == 3
+        and isinstance(node.args[2], int)
+    )
 
 
 def _whole_reshape(node: Any) -> bool:

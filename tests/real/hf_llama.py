@@ -48,6 +48,9 @@ ARCHITECTURES: dict[str, dict[str, Any]] = {
     "Phi": {},  # partial rotary, a parallel attention/MLP block, dense biases
     "Cohere": {},  # a parallel block, LayerNorm without bias, interleaved rotary
     "Phi3": {"pad_token_id": 0},  # fused [q|k|v] and [gate|up] projections
+    # linear attention beside softmax attention: the gated delta rule's chunked scan, whose
+    # output is written one chunk at a time into a zeros tensor (`out[:, :, i] = ...`)
+    "OlmoHybrid": {"pad_token_id": 0},
 }
 
 # Mixture-of-experts families, run with their default experts (`grouped_mm`: tokens sorted by
