@@ -1423,6 +1423,17 @@ class _Lowering:
             raise _Unsupported("min.dim")
         return self.reduction(fx_node, shape, dtype, "min")
 
+    def op_cumsum(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
+        """`x.cumsum(dim)`: the canonical prefix sum (PyTorch's own decomposition is a masked
+        sum over a square mask, whose size grows with the square of the dim)."""
+        args, kwargs = fx_node.args, fx_node.kwargs
+        x = self.convert(self.tensor(args[0]), dtype)
+        rank = len(self.shape(x))
+        dim = int(args[1] if len(args) > 1 else kwargs["dim"]) % rank if rank else 0
+        if not rank:  # a scalar's prefix sum is itself
+            return x
+        return self.new("cumsum", (x,), shape, dtype, {"dim": dim}, final=True)
+
     def op_mean(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
         """mean = reduce sum, then divide by the number of reduced elements."""
         args, kwargs = fx_node.args, fx_node.kwargs

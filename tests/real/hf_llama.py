@@ -51,6 +51,18 @@ ARCHITECTURES: dict[str, dict[str, Any]] = {
     # linear attention beside softmax attention: the gated delta rule's chunked scan, whose
     # output is written one chunk at a time into a zeros tensor (`out[:, :, i] = ...`)
     "OlmoHybrid": {"pad_token_id": 0},
+    # Mamba-2 mixers (the chunked selective scan, a causal depthwise conv) before attention
+    "Bamba": {"attn_layer_indices": [1], "pad_token_id": 0},
+    # a Mamba mixer, then attention with experts
+    "Jamba": {
+        "attn_layer_offset": 1,
+        "attn_layer_period": 2,
+        "expert_layer_offset": 1,
+        "expert_layer_period": 2,
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "pad_token_id": 0,
+    },
 }
 
 # Mixture-of-experts families, run with their default experts (`grouped_mm`: tokens sorted by
