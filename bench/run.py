@@ -26,7 +26,13 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def export_llama(
-    out: Path, config: str, tp: int, layers: int | None = None, seq: int = 8, parts: str = "layers"
+    out: Path,
+    config: str,
+    tp: int,
+    layers: int | None = None,
+    seq: int = 8,
+    parts: str = "layers",
+    dp: int = 1,
 ) -> Path:
     args = [
         sys.executable,
@@ -46,6 +52,8 @@ def export_llama(
     ]
     if layers:
         args += ["--layers", str(layers)]
+    if dp > 1:  # two sequences per device: a batch dim of one each is not proved yet
+        args += ["--dp", str(dp), "--batch", str(2 * dp)]
     subprocess.run(args, check=True, capture_output=True)
     return out
 
@@ -180,7 +188,13 @@ def main() -> int:
                 "8b, tp=8, value_and_grad of the 32-layer decoder stack (every weight's gradient)",
                 lambda: export_llama(tmp / "train32", "8b", 8, parts="train_layers"),
                 "tp.hlo",
-            )
+            ),
+            (
+                "llama-3.1-8b optimizer step",
+                "8b, dp=2 x tp=8, loss, gradients and one AdamW update of the 32-layer stack",
+                lambda: export_llama(tmp / "step32", "8b", 8, parts="train_step", dp=2),
+                "tp.hlo",
+            ),
         ]
         + [
             (
@@ -230,6 +244,10 @@ def main() -> int:
         "kv_chunks64_over_4": (
             lambda: export_flash(tmp / "chunks64", 64, 4096),
             lambda: export_flash(tmp / "chunks4", 4, 4096),
+        ),
+        "step_over_forward": (  # dp x tp, forward + backward + AdamW vs the tp forward
+            lambda: export_llama(tmp / "step_r", "8b", 8, parts="train_step", dp=2),
+            lambda: export_llama(tmp / "forward_s", "8b", 8),
         ),
         "train_over_forward": (  # the whole 32-layer stack, forward + backward vs forward
             lambda: export_llama(tmp / "train_r", "8b", 8, parts="train_layers"),

@@ -119,11 +119,16 @@ def _prologue_op(graph: Graph, node: Node) -> bool:
     return False
 
 
+# A training step's forward pass is at least 1/FORWARD_SHARE of its computed work: about a
+# third with gradients alone, a fifth with the optimizer's update (AdamW) after them.
+FORWARD_SHARE = 8
+
+
 def forward_region(graph: Graph) -> set[int]:
-    """A training step's forward pass: the computed ancestors of its earliest output (the
-    loss, a scalar or one per token) when they are a quarter of the program or more and the
-    other outputs (the gradients) come after it, with the equal forms of those values (an
-    equal form lives with its node); empty otherwise. The backward reads the forward's saved
+    """A training step's forward pass: the computed ancestors of its loss (its earliest or its
+    lowest-rank output: a scalar or one per token) when they are 1/FORWARD_SHARE of the
+    program or more and the other outputs (the gradients) come after it, with the equal
+    forms of those values (an equal form lives with its node); empty otherwise. The backward reads the forward's saved
     values long after they were made, so no single value is live between two layers of the
     whole program; within each pass one is."""
     return graph.memo("forward_region", _forward_region)
@@ -134,7 +139,17 @@ def _forward_region(graph: Graph) -> set[int]:
     computed = [o for o in graph.outputs if graph.node(o).op != "parameter"]
     if len(computed) < 2:
         return set()
-    first = min(computed, key=position.__getitem__)
+    # the loss: the earliest output, or the lowest-rank one (a compiler may schedule an
+    # optimizer's update of a weight before the loss's last reduction); where both pass, the
+    # smaller region (every update is made from the loss's forward pass and more)
+    earliest = min(computed, key=position.__getitem__)
+    lowest = min(computed, key=lambda o: (len(graph.node(o).shape), position[o]))
+    regions = [_loss_region(graph, first, computed) for first in {earliest, lowest}]
+    return min((r for r in regions if r), key=len, default=set())
+
+
+def _loss_region(graph: Graph, first: int, computed: list[int]) -> set[int]:
+    """The forward pass when `first` is the loss (see `forward_region`), else empty."""
     if first == final_output(graph):
         return set()
     region = graph.computed_ancestors([first], set())
@@ -154,7 +169,7 @@ def _forward_region(graph: Graph) -> set[int]:
     literal = leaf_nodes(graph)
     work = len(region - literal)
     total = sum(1 for n in graph.nodes.values() if n.op != "parameter" and n.id not in literal)
-    if work * 4 < total:
+    if work * FORWARD_SHARE < total:
         return set()  # not a forward pass: a small part of the program
     return region
 

@@ -12,6 +12,9 @@ with Megatron sequence parallelism: x and the result split along the sequence.
 --parts train_layers is a training step over the decoder stack: (params, x) -> (loss, the
 gradient of every weight), `jax.value_and_grad` of the sum of squared hidden states, the
 tp variant inside `shard_map` with JAX's replication check on (so `psum` transposes right).
+--parts train_step [--dp N] is a whole optimizer step: (params, m, v, x) -> (loss, params,
+m, v) after one AdamW update, the distributed variant on a (dp, tp) mesh with the batch
+split over dp.
 
 Arguments are ShapeDtypeStructs (with a NamedSharding for the tp variants), so even the
 405B config lowers without allocating a weight. The CLI sets XLA_FLAGS before jax is
@@ -96,6 +99,10 @@ def baseline_function(cfg: LlamaConfig, output: str = "loss") -> Callable[..., A
 
     if output == "train":
         return jax.jit(jax.value_and_grad(partial(stack_loss, cfg=cfg)))
+    if output == "step":
+        from model import train_step
+
+        return jax.jit(partial(train_step, cfg=cfg))
     body = {"loss": llama, "logits": llama_logits, "hidden": decoder, "sp_hidden": decoder}[output]
     return jax.jit(partial(body, cfg=cfg))
 
@@ -117,6 +124,7 @@ def tp_function(
     import jax
     from jax.sharding import PartitionSpec as P
     from model import (
+        dp_tp_train_step,
         part_params,
         sp_decoder,
         tp_decoder,
@@ -140,6 +148,13 @@ def tp_function(
     elif output == "sp_hidden":  # the sequence split over "tp" on the way in and out
         body = partial(sp_decoder, cfg=cfg, bug=bug, bug_layer=bug_layer)
         in_specs, out_specs = (part_params(specs, "layers"), P(None, "tp")), P(None, "tp")
+    elif output == "step":  # (dp, tp): the batch split over dp, AdamW on each tp shard
+        layer_specs = part_params(specs, "layers")
+        body = partial(dp_tp_train_step, cfg=cfg)
+        in_specs = (layer_specs, layer_specs, layer_specs, P("dp"))
+        out_specs = (P(), layer_specs, layer_specs, layer_specs)
+        smap = jax.shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=out_specs)
+        return jax.jit(smap)
     elif output == "train":  # gradients: JAX's check on, so each psum transposes right
         layer_specs = part_params(specs, "layers")
         body = jax.value_and_grad(partial(tp_stack_loss, cfg=cfg))
@@ -162,6 +177,7 @@ def export_all(
     bugs: Sequence[str] | None = None,
     part: str = "full",
     bug_layer: int | None = None,
+    dp: int = 1,
 ) -> dict[str, Path]:
     """Write baseline.hlo, tp.hlo and tp_<bug>.hlo to out_dir; return {name: path}.
 
@@ -175,11 +191,13 @@ def export_all(
     from jax.sharding import NamedSharding
     from model import BUGS, PARTS, param_shapes, part_params, tp_param_specs
 
-    if jax.device_count() < tp:
+    if jax.device_count() < tp * dp:
         raise RuntimeError(
-            f"need {tp} devices, have {jax.device_count()}: set "
-            f"XLA_FLAGS=--xla_force_host_platform_device_count={tp} before importing jax"
+            f"need {tp * dp} devices, have {jax.device_count()}: set "
+            f"XLA_FLAGS=--xla_force_host_platform_device_count={tp * dp} before importing jax"
         )
+    if dp > 1 and part != "train_step":
+        raise ValueError("--dp is for --parts train_step (the data-parallel training step)")
     check_divisible(cfg, tp)
     bugs = BUGS if bugs is None else tuple(bugs)
     unknown = set(bugs) - set(BUGS)
@@ -188,7 +206,8 @@ def export_all(
     if part not in PARTS:
         raise ValueError(f"unknown part {part!r}; known: {', '.join(PARTS)}")
 
-    mesh = jax.make_mesh((tp,), ("tp",))
+    mesh = jax.make_mesh((dp, tp), ("dp", "tp")) if part == "train_step" else None
+    mesh = mesh or jax.make_mesh((tp,), ("tp",))
     is_shape = lambda x: isinstance(x, tuple) and all(isinstance(n, int) for n in x)  # noqa: E731
 
     # Abstract args only: lowering never allocates the weights.
@@ -203,10 +222,15 @@ def export_all(
     replicated = NamedSharding(mesh, jax.sharding.PartitionSpec())
     if part == "sp_layers":
         replicated = NamedSharding(mesh, jax.sharding.PartitionSpec(None, "tp"))
-    if part == "train_layers" and bugs:
-        raise ValueError("--parts train_layers exports no bug variants (use --bugs none)")
-    if part in ("layers", "sp_layers", "train_layers"):
-        output = {"layers": "hidden", "sp_layers": "sp_hidden", "train_layers": "train"}[part]
+    if part in ("train_layers", "train_step") and bugs:
+        raise ValueError(f"--parts {part} exports no bug variants (use --bugs none)")
+    if part in ("layers", "sp_layers", "train_layers", "train_step"):
+        output = {
+            "layers": "hidden",
+            "sp_layers": "sp_hidden",
+            "train_layers": "train",
+            "train_step": "step",
+        }[part]
         x_shape, x_dtype = (batch, seq, cfg.hidden), jnp.float32
         n_inputs = 1  # x
     else:
@@ -217,6 +241,11 @@ def export_all(
     sharded_x = jax.ShapeDtypeStruct(x_shape, x_dtype, sharding=replicated)
     baseline_args = (params, *[x] * n_inputs)
     tp_args = (sharded_params, *[sharded_x] * n_inputs)
+    if part == "train_step":  # the weights, AdamW's two moments (laid out alike), the batch
+        batch_split = NamedSharding(mesh, jax.sharding.PartitionSpec("dp"))
+        baseline_args = (params, params, params, x)
+        split_x = jax.ShapeDtypeStruct(x_shape, x_dtype, sharding=batch_split)
+        tp_args = (sharded_params, sharded_params, sharded_params, split_x)
 
     variants = {
         "baseline": (baseline_function(cfg, output), baseline_args),
@@ -242,8 +271,11 @@ def main(argv: list[str] | None = None) -> None:
     add_variant_options(ap)
     ap.add_argument("--tp", type=int, default=4)
     ap.add_argument(
-        "--parts", choices=("full", "layers", "sp_layers", "train_layers"), default="full"
+        "--parts",
+        choices=("full", "layers", "sp_layers", "train_layers", "train_step"),
+        default="full",
     )
+    ap.add_argument("--dp", type=int, default=1, help="with --parts train_step: the dp size")
     ap.add_argument("--seq", type=int, default=8)
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--bugs", default="all", help="all, none, or a comma-separated list")
@@ -251,8 +283,9 @@ def main(argv: list[str] | None = None) -> None:
     a = ap.parse_args(argv)
     cfg = config_from(a)
     bugs = {"all": None, "none": ()}.get(a.bugs, [b for b in a.bugs.split(",") if b])
-    set_device_count(a.tp)
-    for path in export_all(a.out, cfg, a.tp, a.seq, a.batch, bugs, a.parts, a.bug_layer).values():
+    set_device_count(a.tp * a.dp)
+    written = export_all(a.out, cfg, a.tp, a.seq, a.batch, bugs, a.parts, a.bug_layer, a.dp)
+    for path in written.values():
         print(path)
 
 

@@ -22,8 +22,8 @@ from jax import Array, lax
 from jax.sharding import PartitionSpec as P
 
 Params = dict[str, Any]
-Part = Literal["full", "layers", "sp_layers", "train_layers"]
-PARTS: tuple[Part, ...] = ("full", "layers", "sp_layers", "train_layers")
+Part = Literal["full", "layers", "sp_layers", "train_layers", "train_step"]
+PARTS: tuple[Part, ...] = ("full", "layers", "sp_layers", "train_layers", "train_step")
 Bug = Literal[
     "heads_reshape_wrong_factor",
     "wrong_transpose",
@@ -82,7 +82,7 @@ def param_shapes(cfg: LlamaConfig) -> Params:
 
 def part_params(params: Params, part: Part) -> Params:
     """The subtree a part reads: everything for "full", layers + final norm for the decoder
-    stack parts ("layers", "sp_layers", "train_layers").
+    stack parts ("layers", "sp_layers", "train_layers", "train_step").
 
     Works on any tree shaped like `param_shapes` (shapes, specs, arrays).
     """
@@ -443,6 +443,47 @@ def tp_stack_loss(params: Params, x: Array, *, cfg: LlamaConfig) -> Array:
     """`stack_loss` on each device's shards: the stack's output is replicated, so is the
     loss."""
     return jnp.sum(jnp.square(tp_decoder(params, x, cfg=cfg)))
+
+
+# AdamW's constants for the one step the training-step part takes (bias corrections folded in)
+ADAMW = {"lr": 1e-3, "b1": 0.9, "b2": 0.95, "eps": 1e-8, "wd": 0.1}
+
+
+def adamw(params: Params, m: Params, v: Params, grads: Params) -> tuple[Params, Params, Params]:
+    """One AdamW update, weight by weight: the same elementwise code on a whole weight and on
+    a device's block of it."""
+    c = ADAMW
+
+    def one(p: Array, m1: Array, v1: Array, g: Array) -> tuple[Array, Array, Array]:
+        m2 = c["b1"] * m1 + (1 - c["b1"]) * g
+        v2 = c["b2"] * v1 + (1 - c["b2"]) * g * g
+        step = m2 / (1 - c["b1"]) / (jnp.sqrt(v2 / (1 - c["b2"])) + c["eps"])
+        return p - c["lr"] * (step + c["wd"] * p), m2, v2
+
+    flat, tree = jax.tree.flatten(params)
+    updated = [
+        one(*w) for w in zip(flat, *(jax.tree.leaves(t) for t in (m, v, grads)), strict=True)
+    ]
+    return tuple(jax.tree.unflatten(tree, [u[i] for u in updated]) for i in range(3))
+
+
+def train_step(params: Params, m: Params, v: Params, x: Array, *, cfg: LlamaConfig):
+    """(loss, params, m, v) after one AdamW step on `stack_loss` over the whole batch."""
+    loss, grads = jax.value_and_grad(partial(stack_loss, cfg=cfg))(params, x)
+    return (loss, *adamw(params, m, v, grads))
+
+
+def dp_tp_train_step(params: Params, m: Params, v: Params, x: Array, *, cfg: LlamaConfig):
+    """`train_step` on each device of a (dp, tp) mesh: its tp shards of the weights and of
+    the optimizer's moments, its dp slice of the batch. The loss sums the slices' losses over
+    dp, so each weight's gradient (a weight is the same on every dp device) is JAX's
+    transpose of that sum: reduced over dp once, as data parallelism must."""
+
+    def loss_fn(p: Params, x_local: Array) -> Array:
+        return lax.psum(tp_stack_loss(p, x_local, cfg=cfg), "dp")
+
+    loss, grads = jax.value_and_grad(loss_fn)(params, x)
+    return (loss, *adamw(params, m, v, grads))
 
 
 def tp_decoder(
