@@ -128,9 +128,9 @@ def forward_region(graph: Graph) -> set[int]:
     """A training step's forward pass: the computed ancestors of its loss (its earliest or its
     lowest-rank output: a scalar or one per token) when they are 1/FORWARD_SHARE of the
     program or more and the other outputs (the gradients) come after it, with the equal
-    forms of those values (an equal form lives with its node); empty otherwise. The backward reads the forward's saved
-    values long after they were made, so no single value is live between two layers of the
-    whole program; within each pass one is."""
+    forms of those values (an equal form lives with its node); empty otherwise. The
+    backward reads the forward's saved values long after they were made, so no single value
+    is live between two layers of the whole program; within each pass one is."""
     return graph.memo("forward_region", _forward_region)
 
 

@@ -62,17 +62,24 @@ def llama(tmp_path_factory):
     )
 
 
+def _attention_call_transposed(llama, perm: str):
+    """(the line of the tensor-parallel attention's call of `causal_attention`, the report on
+    the mutant whose transpose of an argument there has permutation `perm`)."""
+    model = REPO / "examples" / "llama" / "model.py"
+    call = _last_line_of(model, "o = causal_attention(q.transpose")
+    _, report = _report_of_mutant(
+        llama,
+        ("baseline.hlo", "tp.hlo"),
+        lambda m: f"perm {perm}" in m.description and m.sites[0][1] == call,
+    )
+    return call, report
+
+
 def test_an_argument_left_unpermuted_is_located_at_the_call(llama):
     """`causal_attention(q, ...)` where `q.transpose(0, 2, 1, 3)` belongs: the identity
     leaves no op at the call, and the dot that pairs the wrong dims is in the helper; the
     report names the call that passed it."""
-    model = REPO / "examples" / "llama" / "model.py"
-    call = _last_line_of(model, "o = causal_attention(q.transpose")
-    mutant, report = _report_of_mutant(
-        llama,
-        ("baseline.hlo", "tp.hlo"),
-        lambda m: "perm [0, 1, 2, 3]" in m.description and m.sites[0][1] == call,
-    )
+    call, report = _attention_call_transposed(llama, "[0, 1, 2, 3]")
     assert report.verdict != "equivalent"
     first = report.suspects[0]
     assert first.op == "dot" and ("examples/llama/model.py", call) in first.sites()
@@ -83,13 +90,7 @@ def test_a_permutation_that_looks_like_chunks_keeps_the_plain_proofs_suspect(lla
     """A transpose of four dims of 8 into [0, 3, 1, 2] makes the head-dim contraction look
     like a reduction across independent chunks; read as a chunk axis nothing relates, so the
     report keeps the plain proof, whose first suspect is the transpose itself."""
-    model = REPO / "examples" / "llama" / "model.py"
-    call = _last_line_of(model, "o = causal_attention(q.transpose")
-    _, report = _report_of_mutant(
-        llama,
-        ("baseline.hlo", "tp.hlo"),
-        lambda m: "perm [0, 3, 1, 2]" in m.description and m.sites[0][1] == call,
-    )
+    call, report = _attention_call_transposed(llama, "[0, 3, 1, 2]")
     assert report.suspects[0].op == "transpose"
     assert report.suspects[0].line == call
     assert not any("independent chunks" in note for note in report.notes)

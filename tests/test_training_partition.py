@@ -27,9 +27,13 @@ LAYERS = 4
 @pytest.fixture(scope="module")
 def step(tmp_path_factory):
     """The tiny Llama's training step over 4 layers (loss and every weight's gradient)."""
-    out = tmp_path_factory.mktemp("train_step")
-    args = ["--config", "tiny", "--tp", "2", "--layers", str(LAYERS), "--parts", "train_layers"]
-    export_example(REPO / "examples/llama/export.py", out, *args, "--bugs", "none")
+    return _exported_step(tmp_path_factory.mktemp("train_step"), "--parts", "train_layers")
+
+
+def _exported_step(out, *args: str):
+    """(baseline graph, tp graph, rules) of the tiny Llama's 4-layer stack exported so."""
+    args = ("--config", "tiny", "--tp", "2", "--layers", str(LAYERS), *args, "--bugs", "none")
+    export_example(REPO / "examples/llama/export.py", out, *args)
     rules = compile_rule_dir(REPO / "rules")
     return (
         load_graph(str(out / "baseline.hlo"), rules.custom_calls),
@@ -106,11 +110,10 @@ def test_a_failing_backward_segment_is_proved_again_whole(step, monkeypatch):
     assert report.stats["partitions"] == 1, report.stats
 
 
-def test_a_middle_layers_weight_gradient_negated_is_not_proved(step):
-    base, dist, rules = step
+def _one_output_negated(base, dist, rules, mesh, index: int):
+    """The report on `dist` with output `index` negated, every output held to the layout the
+    program states for it (the negated one loses its annotation)."""
     dist = copy.deepcopy(dist)
-    mesh = parse_mesh("tp=2")
-    # the outputs' layouts as the program states them (the negated one loses its annotation)
     inputs = input_relations(base, dist, mesh, None)
     stated = RelationsFile(
         "<stated>",
@@ -118,13 +121,18 @@ def test_a_middle_layers_weight_gradient_negated_is_not_proved(step):
         {},
         [layout_str(r.layout) for r in output_relations(base, dist, mesh, None, inputs)],
     )
-    index = len(dist.outputs) // 2
-    grad = dist.node(dist.outputs[index])
-    negated = Node(max(dist.nodes) + 1, "neg", (grad.id,), grad.shape, grad.dtype, {}, grad.loc)
+    value = dist.node(dist.outputs[index])
+    negated = Node(max(dist.nodes) + 1, "neg", (value.id,), value.shape, value.dtype, {}, value.loc)
     dist.nodes[negated.id] = negated
     dist.outputs[index] = negated.id
     dist.derived.clear()
-    report = verify_graphs(base, dist, rules, mesh, stated)
+    return verify_graphs(base, dist, rules, mesh, stated)
+
+
+def test_a_middle_layers_weight_gradient_negated_is_not_proved(step):
+    base, dist, rules = step
+    index = len(dist.outputs) // 2
+    report = _one_output_negated(base, dist, rules, parse_mesh("tp=2"), index)
     assert report.verdict == "not_equivalent", report.to_text()
     assert [o.index for o in report.outputs if not o.ok] == [index]
 
@@ -134,15 +142,7 @@ def optimizer_step(tmp_path_factory):
     """The whole optimizer step on a (dp, tp) mesh: loss, gradients reduced over dp, and one
     AdamW update of every weight and both moments, over 4 layers."""
     out = tmp_path_factory.mktemp("optimizer_step")
-    args = ["--config", "tiny", "--tp", "2", "--dp", "2", "--batch", "4"]
-    args += ["--layers", str(LAYERS), "--parts", "train_step", "--bugs", "none"]
-    export_example(REPO / "examples/llama/export.py", out, *args)
-    rules = compile_rule_dir(REPO / "rules")
-    return (
-        load_graph(str(out / "baseline.hlo"), rules.custom_calls),
-        load_graph(str(out / "tp.hlo"), rules.custom_calls),
-        rules,
-    )
+    return _exported_step(out, "--dp", "2", "--batch", "4", "--parts", "train_step")
 
 
 def test_an_optimizer_step_is_proved_layer_by_layer(optimizer_step):
@@ -162,23 +162,7 @@ def test_an_optimizer_step_is_proved_layer_by_layer(optimizer_step):
 
 def test_an_updated_weight_negated_is_not_proved(optimizer_step):
     base, dist, rules = optimizer_step
-    dist = copy.deepcopy(dist)
-    mesh = parse_mesh("dp=2,tp=2")
-    inputs = input_relations(base, dist, mesh, None)
-    stated = RelationsFile(
-        "<stated>",
-        None,
-        {},
-        [layout_str(r.layout) for r in output_relations(base, dist, mesh, None, inputs)],
-    )
     index = 1 + 9 * (LAYERS // 2)  # a middle layer's weight after the update
-    weight = dist.node(dist.outputs[index])
-    negated = Node(
-        max(dist.nodes) + 1, "neg", (weight.id,), weight.shape, weight.dtype, {}, weight.loc
-    )
-    dist.nodes[negated.id] = negated
-    dist.outputs[index] = negated.id
-    dist.derived.clear()
-    report = verify_graphs(base, dist, rules, mesh, stated)
+    report = _one_output_negated(base, dist, rules, parse_mesh("dp=2,tp=2"), index)
     assert report.verdict == "not_equivalent", report.to_text()
     assert [o.index for o in report.outputs if not o.ok] == [index]
