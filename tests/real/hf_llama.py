@@ -53,6 +53,13 @@ ARCHITECTURES: dict[str, dict[str, Any]] = {
     "OlmoHybrid": {"pad_token_id": 0},
     # Mamba-2 mixers (the chunked selective scan, a causal depthwise conv) before attention
     "Bamba": {"attn_layer_indices": [1], "pad_token_id": 0},
+    # a Mamba-2 mixer, then attention, each followed by experts and a shared expert
+    "GraniteMoeHybrid": {
+        "layer_types": ["mamba", "attention"],
+        "num_local_experts": 4,
+        "num_experts_per_tok": 2,
+        "pad_token_id": 0,
+    },
     # a Mamba mixer, then attention with experts
     "Jamba": {
         "attn_layer_offset": 1,
