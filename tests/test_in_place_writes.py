@@ -156,3 +156,22 @@ def test_a_wrong_value_written_through_an_index_is_not_proved(mesh):
     assert report.verdict == "not_equivalent"
     report = _check(mesh, _rows_written(1.0), _rows_written(1.0, order=(0, 1)), (4, 3))
     assert report.verdict == "not_equivalent"  # the last row never written: zeros
+
+
+def _padded(scale: float):
+    """`F.pad` as transformers shifts its labels: PyTorch's decomposition fills a tensor and
+    writes the input into a slice of it with `prims.copy_to`."""
+
+    def program(x):
+        return torch.nn.functional.pad(x * scale, (0, 1), value=-100.0)[:, 1:]
+
+    return program
+
+
+def test_a_pad_reads_the_values_it_writes(mesh):
+    """The write was dropped once: both programs were the fill, and different inputs
+    proved equal (transformers' training losses saw every label ignored)."""
+    report = _check(mesh, _padded(1.0), _padded(1.0), (4, 3))
+    assert report.verdict == "equivalent", [s.reason for s in report.suspects[:2]]
+    report = _check(mesh, _padded(1.0), _padded(2.0), (4, 3))
+    assert report.verdict == "not_equivalent"

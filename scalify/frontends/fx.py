@@ -481,7 +481,7 @@ class _Lowering:
                 except _Unsupported:
                     self.parts = 0
                     self.env[fx_node] = self.opaque(fx_node, f"{namespace}.{name}")
-                if namespace == "aten":
+                if namespace in ("aten", "prims"):  # collectives track their own writes
                     self.written_in_place(fx_node, namespace, name, overload)
             elif fx_node.op in ("call_module", "call_method"):
                 self.fop = f"{fx_node.op}:{fx_node.target}"
@@ -624,6 +624,8 @@ class _Lowering:
             return self.c10d_collective(fx_node, name)
         if namespace == DEVICE_NAMESPACE:
             return self.device_op(fx_node, name)
+        if (namespace, name) == ("prims", "copy_to"):  # `dst.copy_(src)` by another name
+            namespace, name = "aten", "copy_"
         if namespace != "aten":
             raise _Unsupported(namespace)
         if name in _IDENTITY:
@@ -2305,9 +2307,14 @@ def _is_complex_valued(arg: Any) -> bool:
 
 
 def _writes_in_place(schema: Any) -> bool:
-    """An ATen op that writes its first argument and returns it (`add_`, `copy_`)."""
+    """An op that writes its first argument and returns it: ATen's `add_`, `copy_`, and the
+    primitives PyTorch's decompositions write with (`prims.copy_to`, which `F.pad` lowers
+    to: a fill with the padded tensor copied into a slice of it)."""
     info = schema.returns[0].alias_info if schema.returns else None
-    return bool(info is not None and info.is_write and schema.name.endswith("_"))
+    if info is None or not info.is_write:
+        return False
+    first = schema.arguments[0].alias_info if schema.arguments else None
+    return schema.name.endswith("_") or (first is not None and first.before_set == info.before_set)
 
 
 def _slice_args(node: Any) -> tuple[Any, Any, Any, Any]:
