@@ -27,10 +27,8 @@ def fill_fits(
     if local_shape(base.node(base_id).shape, layout, mesh) != dist.node(dist_id).shape:
         return False
     return all(
-        p.kind == "shard"
-        and not p.parts
-        or p.kind == "partial"
-        and (p.op in ("max", "min") or _is_zero(value))
+        (p.kind == "shard" and not p.parts)
+        or (p.kind == "partial" and (p.op in ("max", "min") or _is_zero(value)))
         for p in layout
     )
 

@@ -97,7 +97,7 @@ def _one_hot_nodes(
     graph: Graph,
     next_id: int,
 ) -> list[Node]:
-    inner = _under_views(index, graph.nodes)
+    inner = reader.down(index, tuple(ROW_MAJOR_VIEWS))[-1]  # a view of i - c*r reads as it
     block = _block_offset_form(inner, reader, ranges, graph)
     if block is None or size != reader.block_size_of(inner):
         new = NewNodes(node, next_id)
@@ -112,15 +112,6 @@ def _one_hot_nodes(
     viewed = new.add("reshape", (whole,), index_node.shape, index_node.dtype, {})
     after = new.next_id + len(new.nodes)
     return new.nodes + block_one_hot_nodes(node, viewed, coord, n, dim, size, graph, after)
-
-
-def _under_views(node_id: int, nodes: dict[int, Node]) -> int:
-    """The value under a chain of row-major views (a unit dim added or dropped): the same
-    elements in the same order, so an index form read there holds here, element for
-    element, once its array is viewed the same way."""
-    while nodes[node_id].op in ROW_MAJOR_VIEWS:
-        node_id = nodes[node_id].operands[0]
-    return node_id
 
 
 def block_one_hot_nodes(

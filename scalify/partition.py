@@ -144,7 +144,7 @@ def _forward_region(graph: Graph) -> set[int]:
     # smaller region (every update is made from the loss's forward pass and more)
     earliest = min(computed, key=position.__getitem__)
     lowest = min(computed, key=lambda o: (len(graph.node(o).shape), position[o]))
-    regions = [_loss_region(graph, first, computed) for first in {earliest, lowest}]
+    regions = [_loss_region(graph, first, computed) for first in dict.fromkeys((earliest, lowest))]
     return min((r for r in regions if r), key=len, default=set())
 
 

@@ -21,7 +21,12 @@ from .engine.encode import (
     signature_facts,
     vocabulary_facts,
 )
-from .engine.frontier import frontier, off_axis_collectives, output_mismatch, partial_origin
+from .engine.frontier import (
+    frontier,
+    output_mismatch,
+    partial_origin,
+    with_off_axis_collectives,
+)
 from .engine.scaling import scaled_outputs, scaling_facts
 from .errors import ScalifyError
 from .fill_outputs import fill_fits
@@ -229,20 +234,6 @@ def _prove_and_decide(base, dist, rules, mesh, inputs, outputs, limits: Limits):
         if suspect.reason.startswith("no rule relates"):
             suspect.nearest_rules = rules_for_op(suspect.op, len(suspect.operands), rules)
     return proof, results, suspects, definite
-
-
-def _off_axis_first(dist: Graph, off_axis: list, findings: list) -> list:
-    """The frontier's findings with the collectives over no mesh axis's groups. A wrong
-    reduction goes first when it feeds a finding (the root cause of what shows there) or
-    when no finding is a known bug pattern (a frontier of rule gaps only: a reduction over
-    the wrong devices is the likelier cause); after the findings otherwise."""
-    if not off_axis:
-        return findings
-    ancestors = dist.computed_ancestors(f.node.id for f in findings)
-    if not any(f.definite for f in findings):
-        return off_axis + findings
-    causes = [f for f in off_axis if f.node.id in ancestors]
-    return causes + findings + [f for f in off_axis if f not in causes]
 
 
 def _explains_more(lifted, plain) -> bool:
@@ -576,11 +567,7 @@ def _decide(base: Graph, dist: Graph, mesh: Mesh, outputs: list[Relation], proof
     findings = frontier(
         where_dist, where_base, where.relations, mesh, where.replicated | where.reached
     ) or frontier(where_dist, where_base, where.relations, mesh, where.reached)
-    findings = _off_axis_first(
-        where_dist,
-        off_axis_collectives(where_dist, where_base, where.relations, mesh, findings),
-        findings,
-    )
+    findings = with_off_axis_collectives(where_dist, where_base, where.relations, mesh, findings)
     suspects = [_suspect(f.node, f.reason, f.operands, f.second) for f in findings]
     for suspect, f in zip(suspects[:PICTURED_SUSPECTS], findings, strict=False):
         suspect.neighbourhood = neighbourhood(

@@ -281,6 +281,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--bugs", default="all", help="all, none, or a comma-separated list")
     ap.add_argument("--bug-layer", type=int, help="with --parts layers: the one layer to break")
     a = ap.parse_args(argv)
+    if a.dp > 1 and a.parts != "train_step":
+        ap.error("--dp is for --parts train_step (the data-parallel training step)")
     cfg = config_from(a)
     bugs = {"all": None, "none": ()}.get(a.bugs, [b for b in a.bugs.split(",") if b])
     set_device_count(a.tp * a.dp)

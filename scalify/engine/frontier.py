@@ -626,11 +626,28 @@ def frontier(
     return findings
 
 
-def off_axis_collectives(
+def with_off_axis_collectives(
     dist: Graph, base: Graph, proven: Proven, mesh: Mesh, findings: list[Finding]
 ) -> list[Finding]:
-    """Collectives over replica groups that are no set of mesh axes, wherever they are (an
-    operand no rule relates hides them from the frontier): to go after the frontier's."""
+    """The frontier's findings with the collectives over replica groups that are no set of
+    mesh axes, wherever they are (an operand no rule relates hides them from the frontier).
+    A wrong reduction goes first when it feeds a finding (the root cause of what shows
+    there) or when no finding is a known bug pattern (a frontier of rule gaps only: a
+    reduction over the wrong devices is the likelier cause); after the findings otherwise."""
+    extra = _off_axis_collectives(dist, base, proven, mesh, findings)
+    if not extra:
+        return findings
+    if not any(f.definite for f in findings):
+        return extra + findings
+    ancestors = dist.computed_ancestors(f.node.id for f in findings)
+    causes = [f for f in extra if f.node.id in ancestors]
+    return causes + findings + [f for f in extra if f not in causes]
+
+
+def _off_axis_collectives(
+    dist: Graph, base: Graph, proven: Proven, mesh: Mesh, findings: list[Finding]
+) -> list[Finding]:
+    """Collectives over replica groups that are no set of mesh axes, not among `findings`."""
     found = {f.node.id for f in findings}
     needed = _feeding_outputs(dist, lambda n: False)
     extra = []

@@ -1141,11 +1141,7 @@ class _Lowering:
 
     def op_select(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
         x = self.tensor(fx_node.args[0])
-        rank = len(self.shape(x))
-        dim = int(fx_node.args[1]) % rank
-        index = int(fx_node.args[2])
-        if index < 0:
-            index += self.shape(x)[dim]
+        dim, index = self.select_index(fx_node, x)
         value, _ = self.slice_node(x, dim, index, index + 1, 1, final=False)
         return self.new("reshape", (value,), shape, dtype, final=True)
 
@@ -1431,9 +1427,9 @@ class _Lowering:
         args, kwargs = fx_node.args, fx_node.kwargs
         x = self.convert(self.tensor(args[0]), dtype)
         rank = len(self.shape(x))
-        dim = int(args[1] if len(args) > 1 else kwargs["dim"]) % rank if rank else 0
         if not rank:  # a scalar's prefix sum is itself
             return x
+        dim = int(args[1] if len(args) > 1 else kwargs["dim"]) % rank
         return self.new("cumsum", (x,), shape, dtype, {"dim": dim}, final=True)
 
     def op_mean(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
@@ -2023,7 +2019,8 @@ class _Lowering:
         return dim, begin, max(begin, stop)
 
     def select_index(self, view: Any, parent: int) -> tuple[int, int]:
-        """(dim, index) of an `aten.select` view of `parent`'s value, both made nonnegative."""
+        """(dim, index) of an `aten.select` of `parent`'s value, both made nonnegative (a
+        read, `op_select`, and a write through it, `write_back`)."""
         shape = self.shape(parent)
         dim = int(view.args[1]) % len(shape)
         return dim, int(view.args[2]) % shape[dim]
