@@ -310,12 +310,17 @@ def _cuts(graph: Graph, order: list[int], final: int | None) -> list[int]:
     for last in last_use.values():
         ends_at[last] = ends_at.get(last, 0) + 1
     # A parameter used at several places (the residual input of a layer stack) is live from
-    # its first use to its last; one used once never spans a boundary.
+    # its first use to its last; one used once never spans a boundary. For a parameter that
+    # a computed node reads (the residual add reads the first layer's input), a use through
+    # values every segment copies in (the norm's `convert` of it) counts too: otherwise the
+    # first layer is cut where later layers are not, and its proof is never reused for them.
+    # (Positions and masks, read only through such values, stay out of the count; see
+    # `_computed_readers`.)
     starts_at: dict[int, int] = {}
     for node in graph.nodes.values():
         if node.op != "parameter":
             continue
-        uses = sorted(at(u) for u in _users_of(graph, node.id) if u in position)
+        uses = sorted(at(u) for u in _computed_readers(graph, node.id, position))
         if len(uses) > 1 or (node.id in graph.outputs and uses):
             starts_at[uses[0]] = starts_at.get(uses[0], 0) + 1
             last = len(order) if node.id in graph.outputs else uses[-1]
@@ -463,14 +468,43 @@ def _equalities_by_node(graph: Graph) -> _PairsByNode:
     return _PairsByNode(graph)
 
 
+def canonical_order(graph: Graph) -> list[int]:
+    """The graph's nodes in an order set by its structure alone: operands before their users,
+    depth first from the outputs in operand order, then whatever no output reads (in listing
+    order). Two copies of a layer whose nodes are listed in different orders (a mask built
+    before or after the RoPE tables) number alike, so the second one's proof is reused."""
+    return graph.memo("canonical_order", _canonical_order)
+
+
+def _canonical_order(graph: Graph) -> list[int]:
+    order: list[int] = []
+    seen: set[int] = set()
+    for root in [*graph.outputs, *graph.nodes]:
+        stack = [(root, False)]
+        while stack:
+            node_id, expanded = stack.pop()
+            if expanded:
+                order.append(node_id)
+                continue
+            if node_id in seen:
+                continue
+            seen.add(node_id)
+            stack.append((node_id, True))
+            stack += [(o, False) for o in reversed(graph.node(node_id).operands) if o not in seen]
+    return order
+
+
 def structural_key(base: Graph, dist: Graph, relations: list[Relation]) -> str:
-    """A hash of what the proof of a segment depends on, not of names or source lines."""
+    """A hash of what the proof of a segment depends on, not of names or source lines: both
+    graphs numbered in `canonical_order`, which is also how a memoised proof's facts are
+    placed (equal keys map each position to the same node's counterpart)."""
     text = []
     shift = _slice_shift(base, dist)
     for graph in (base, dist):
-        renumber = {node_id: i for i, node_id in enumerate(graph.nodes)}
+        order = canonical_order(graph)
+        renumber = {node_id: i for i, node_id in enumerate(order)}
         inputs = {node_id: k for k, node_id in enumerate(graph.inputs)}
-        for node in graph.nodes.values():
+        for node in map(graph.node, order):
             attrs = {k: v for k, v in node.attrs.items() if k not in ("name", "index")}
             if node.op == "slice" and node.id in leaf_nodes(graph):
                 attrs["starts"] = _shifted(attrs["starts"], shift)
@@ -480,6 +514,7 @@ def structural_key(base: Graph, dist: Graph, relations: list[Relation]) -> str:
                 f"{inputs.get(node.id, '')}:{sorted(attrs.items())}:"
                 f"{[renumber[o] for o in node.operands]}"
             )
+        text.append(f"{sorted(sorted((renumber[a], renumber[b])) for a, b in graph.equalities)}")
         text.append("|")
     base_pos = {node_id: k for k, node_id in enumerate(base.inputs)}
     dist_pos = {node_id: k for k, node_id in enumerate(dist.inputs)}
@@ -540,6 +575,28 @@ def segment_relations(
 def side_inputs(graph: Graph) -> list[int]:
     """A segment's inputs that an earlier segment made, other than its cut."""
     return [i for i in graph.inputs if graph.node(i).attrs.get("name") == "side"]
+
+
+def _computed_readers(graph: Graph, node_id: int, position: dict[int, int]) -> set[int]:
+    """The nodes of `position` that read `node_id` directly, and, when there are any, those
+    before the first of them that read it through leaf values (`leaf_nodes`, such as a
+    cast of it). Later ones do not extend its life: a tied embedding's transposed
+    view, read by the head, would otherwise keep it live through every layer."""
+    found = {u for u in _users_of(graph, node_id) if u in position}
+    if not found:
+        return found
+    leaves = leaf_nodes(graph)
+    first = min(position[u] for u in found)
+    seen = {node_id}
+    stack = [node_id]
+    while stack:
+        for user in _users_of(graph, stack.pop()):
+            if user in position:
+                found |= {user} if position[user] < first else set()
+            elif user not in seen and user in leaves:
+                seen.add(user)
+                stack.append(user)
+    return found
 
 
 def _users_of(graph: Graph, node_id: int) -> list[int]:

@@ -42,6 +42,7 @@ from .ops.structural import is_elided
 from .parallel import PREFETCH_AFTER, prefetch_segments
 from .part_layouts import infer_parts, local_part_cuts, with_output_parts, with_part_views
 from .partition import (
+    canonical_order,
     cut_points,
     final_output,
     forward_region,
@@ -406,13 +407,13 @@ def prove_partitioned(
             )
             sides = bool(side_inputs(dist_sub))
             key = structural_key(base_sub, dist_sub, relations)
+            # memoised facts are placed by position in this order (see structural_key)
+            base_order, dist_order = canonical_order(base_sub), canonical_order(dist_sub)
             if key in memo and memo[key][0]:
                 total.memo_hits += 1
                 exit_layouts, inner, made = memo[key]
                 for d, b, lay in (inner or []) + made:  # the proved segment's outputs, here
-                    total.relations.setdefault(dist_seg.nodes[d], set()).add(
-                        (lay, base_seg.nodes[b])
-                    )
+                    total.relations.setdefault(dist_order[d], set()).add((lay, base_order[b]))
             else:
                 proof = prefetched.pop(key, None) or prove(
                     base_sub, dist_sub, rules_program, mesh, relations, limits
@@ -421,8 +422,9 @@ def prove_partitioned(
                 exit_layouts = [
                     lay for lay, b in proof.relations.get(dist_seg.exit, ()) if b == base_seg.exit
                 ]
-                inner = _inner_outputs(dist_seg, base_seg, paired_outputs, proof)
-                memo[key] = (exit_layouts, inner, _read_later(dist, dist_seg, base_seg, proof))
+                placed = (dist_seg, dist_order, base_order)
+                inner = _inner_outputs(placed, paired_outputs, proof)
+                memo[key] = (exit_layouts, inner, _read_later(dist, placed, proof))
                 if not exit_layouts:
                     first_failure = first_failure or (base_sub, dist_sub, proof)
                     failed_with_sides = failed_with_sides or sides
@@ -477,37 +479,46 @@ def _merge_order(base_segs: list, dist_segs: list, i: int, j: int) -> list[tuple
     return sorted(fitting, key=lambda pair: (mismatch(pair) > 1.5, fitting.index(pair)))
 
 
-def _read_later(dist: Graph, dist_seg, base_seg, proof: Proof) -> list[tuple[int, int, Layout]]:
+Placed = tuple  # (distributed segment, its subgraph's canonical order, the baseline's)
+
+
+def _read_later(dist: Graph, placed: Placed, proof: Proof) -> list[tuple[int, int, Layout]]:
     """The segment's values that later segments read (the forward's activations, which the
-    backward reads), as (position in the distributed segment, position in the baseline
+    backward reads), as (canonical position in the distributed segment, in the baseline
     segment, layout): for a memoised copy to hand on as this one does."""
+    dist_seg, dist_order, base_order = placed
     users = dist.memo("users", Graph.users)
     members = set(dist_seg.nodes)
-    base_at = {n: k for k, n in enumerate(base_seg.nodes)}
+    dist_at = {n: k for k, n in enumerate(dist_order)}
+    base_at = {n: k for k, n in enumerate(base_order)}
     found = []
-    for d, node_id in enumerate(dist_seg.nodes[:-1]):
+    for node_id in dist_seg.nodes[:-1]:
         if all(u in members for u in users.get(node_id, [])):
             continue
         found += [
-            (d, base_at[b], lay) for lay, b in proof.relations.get(node_id, ()) if b in base_at
+            (dist_at[node_id], base_at[b], lay)
+            for lay, b in proof.relations.get(node_id, ())
+            if b in base_at
         ]
     return found
 
 
-def _inner_outputs(dist_seg, base_seg, paired: dict[int, int], proof: Proof):
-    """The outputs a segment computes before its exit, as (position in the distributed
-    segment, position in the baseline segment, layout) for a memoised copy to reuse; None
+def _inner_outputs(placed: Placed, paired: dict[int, int], proof: Proof):
+    """The outputs a segment computes before its exit, as (canonical position in the
+    distributed segment, in the baseline segment, layout) for a memoised copy to reuse; None
     when one of them is related to no baseline output of the segment."""
-    base_at = {n: k for k, n in enumerate(base_seg.nodes)}
+    dist_seg, dist_order, base_order = placed
+    dist_at = {n: k for k, n in enumerate(dist_order)}
+    base_at = {n: k for k, n in enumerate(base_order)}
     found = []
-    for d, node_id in enumerate(dist_seg.nodes[:-1]):
+    for node_id in dist_seg.nodes[:-1]:
         partner = paired.get(node_id)
         if partner is None:
             continue
         layouts = [lay for lay, b in proof.relations.get(node_id, ()) if b == partner]
         if partner not in base_at or not layouts:
             return None
-        found += [(d, base_at[partner], lay) for lay in layouts]
+        found += [(dist_at[node_id], base_at[partner], lay) for lay in layouts]
     return found
 
 

@@ -62,8 +62,11 @@ def test_eight_layers_are_equivalent(tp, relations):
     assert report.verdict == "equivalent", report.to_text()
     assert len(report.outputs) == 17  # the logits and each layer's K and V caches
     # proved layer by layer, each layer's caches inside its segment, the identical layers
-    # once: the cost of eight layers is not eight times one
-    assert report.stats["partitions"] > 8 and report.stats["memo_hits"] >= 6, report.stats
+    # once: the cost of eight layers is not eight times one. The first layer (whose input is
+    # a parameter, and whose mask is listed in another place) is cut and keyed like the
+    # others, so three proofs remain: a layer's attention, its MLP, and the head.
+    stats = report.stats
+    assert stats["partitions"] > 8 and stats["partitions"] - stats["memo_hits"] == 3, stats
 
 
 def test_a_wrong_cache_in_a_middle_layer_is_caught_in_a_memoised_stack(relations):
