@@ -16,6 +16,7 @@ from .broadcast_lookups import lift_broadcast_indices
 from .broadcast_sinking import sink_broadcasts
 from .device_tables import fold_device_tables
 from .errors import ScalifyError
+from .gather_sinking import sink_gathers
 from .index_forms import guarded_index_range
 from .int_ranges import fold_int_ranges, is_int_dtype
 from .ir import Graph, Node, at_line, feeding
@@ -208,6 +209,7 @@ def canonicalize(graph: Graph) -> Graph:
     fold_tiled_all_to_all(graph)
     fold_device_tables(graph)
     _fold(graph)
+    sink_gathers(graph)
     fold_static_indices(graph)
     ranges = fold_int_ranges(graph, guarded_index_range)
     fold_block_lookups(graph, ranges)
@@ -302,6 +304,34 @@ def _kept_dims(source: tuple[int, ...], target: tuple[int, ...]) -> tuple[int, .
     if tuple(target[d] for d in kept) != source:
         return None
     return kept
+
+
+# A reshape inserting unit dims beside unit dims of its own is read in at most this many ways.
+MAX_UNIT_PLACEMENTS = 4
+
+
+def unit_placements(source: tuple[int, ...], target: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """Each way a reshape that only inserts size-1 dims places the source's dims, in order,
+    when the source has size-1 dims too (so there is more than one): the target dims the
+    source dims land on, every other target dim of size 1. None beyond
+    MAX_UNIT_PLACEMENTS, and none for any other reshape."""
+    if 1 not in source or len(target) <= len(source):
+        return []
+    found: list[tuple[int, ...]] = []
+
+    def place(i: int, start: int, chosen: tuple[int, ...]) -> None:
+        if len(found) > MAX_UNIT_PLACEMENTS:
+            return
+        if i == len(source):
+            if all(target[d] == 1 for d in range(len(target)) if d not in chosen):
+                found.append(chosen)
+            return
+        for d in range(start, len(target)):
+            if target[d] == source[i]:
+                place(i + 1, d + 1, (*chosen, d))
+
+    place(0, 0, ())
+    return found if len(found) <= MAX_UNIT_PLACEMENTS else []
 
 
 def _cuts_finer(source: tuple[int, ...], target: tuple[int, ...]) -> bool:
@@ -529,42 +559,52 @@ def _fold(graph: Graph) -> Graph:
                 return
         nodes[node.id] = node
 
-    def broadcast_form(node: Node, operand: Node | None) -> Node | None:
-        """The node as a broadcast of `operand`, where it only inserts unit dims into it."""
-        dims = _unit_insertion(node, operand) if node.id not in paired else None
-        if dims is None or operand is None:
-            return None
-        return Node(
-            next_id,
-            "broadcast",
-            (operand.id,),
-            node.shape,
-            node.dtype,
-            {"dims": dims},
-            node.loc,
-            f"{node.name}.broadcast",
-            node.framework_op,
-        )
+    def broadcast_forms(node: Node, operand: Node | None) -> list[Node]:
+        """The node as a broadcast of `operand`, where it only inserts unit dims into it:
+        one form, or one per placement where the operand has unit dims of its own
+        (`[1, 8] -> [1, 1, 8]` inserts before or after the first; a device's one row of a
+        batch split over fsdp makes such shapes, the baseline's `[2, 16] -> [2, 1, 16]` not)."""
+        if node.id in paired or operand is None:
+            return []
+        dims = _unit_insertion(node, operand)
+        placements = [dims] if dims is not None else []
+        if dims is None and node.op == "reshape":
+            placements = unit_placements(operand.shape, node.shape)
+        return [
+            Node(
+                next_id + k,
+                "broadcast",
+                (operand.id,),
+                node.shape,
+                node.dtype,
+                {"dims": placed},
+                node.loc,
+                f"{node.name}.broadcast" + (f"{k}" if k else ""),
+                node.framework_op,
+            )
+            for k, placed in enumerate(placements)
+        ]
 
     for node in graph.nodes.values():
         operand = (
             nodes.get(alias.get(node.operands[0], node.operands[0])) if node.operands else None
         )
-        kept = broadcast_form(node, operand)
+        kept = broadcast_forms(node, operand)
         add(node)
-        if kept is None and node.id in nodes and node.op == "reshape":
+        if not kept and node.id in nodes and node.op == "reshape":
             # read again on the operand `add` left it (a reshape of a reshape is one
             # reshape of the first one's operand, whose unit dims may be gone)
             operand = nodes.get(node.operands[0])
-            kept = broadcast_form(node, operand)
-        if kept is not None and node.id in nodes and len(node.shape) > len(operand.shape):
+            kept = broadcast_forms(node, operand)
+        if kept and node.id in nodes and len(node.shape) > len(operand.shape):
             # A new dim of size 1 is a view here, and a broadcast to a dim that is split
             # down to one entry per device (one head per device) in the other graph, or
             # beside one (`mask.reshape(b, 1, s)` on a sequence shard, where a split would
             # put the shard on the unit dim); both forms go into the e-graph as equal values.
-            next_id += 1
-            nodes[kept.id] = kept
-            graph.equalities.append((node.id, kept.id))
+            next_id += len(kept)
+            for form in kept:
+                nodes[form.id] = form
+                graph.equalities.append((node.id, form.id))
         if node.op == "broadcast" and node.operands:  # its operand as `add` left it (a
             # broadcast of a broadcast is one broadcast of the inner operand)
             operand = nodes.get(node.operands[0])

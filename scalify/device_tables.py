@@ -19,12 +19,17 @@ the rules relate. Any other table is left as it is.
 
 from __future__ import annotations
 
+import itertools
+import math
+import operator
 import re
 from collections.abc import Sequence
 
 import numpy as np
 
 from .ir import Graph, NewNodes, Node, replace_nodes
+from .partition import computed_from_literals
+from .simulate.kernels import NotSimulable, apply
 
 _INT = re.compile(r"-?\d+")
 
@@ -50,14 +55,15 @@ def fold_device_tables(graph: Graph) -> None:
         if device is not None and len(values) == devices:
             found = _coordinate_table(values, devices)
             if found is None:
-                return []
+                joint = joint_coordinate_fit(values, devices)
+                return [] if joint is None else _joint_offset(node, device, joint, next_id, nodes)
             (stride, count), start, step = found
             coordinate = (device, stride, count)
         else:
             coordinate = coordinates.get(_unviewed(index, nodes))
             affine = _affine(values)
             if coordinate is None or affine is None or len(values) != coordinate[2]:
-                return []
+                return _composed_table(node, values, index, next_id)
             start, step = affine
         new = NewNodes(node, next_id)
         pid, stride, count = coordinate
@@ -74,7 +80,98 @@ def fold_device_tables(graph: Graph) -> None:
         new.add("reshape", (value,), (1,), node.dtype, {})
         return new.nodes
 
+    def _composed_table(node: Node, values: list[int], index: Node, next_id: int) -> list[Node]:
+        """A table indexed by some other arithmetic on the device id (a coordinate on
+        several axes, itself from a table): the entry each device takes, fitted as one
+        table of one entry per device (with one axis, J below is its coordinate)."""
+        pid = next(
+            (n.id for n in graph.nodes.values() if _device_id(n, graph.nodes) is not None), None
+        )
+        per_device = DeviceScalars(graph, devices).of(index.id)
+        if pid is None or per_device is None:
+            return []
+        taken = [values[min(max(int(i), 0), len(values) - 1)] for i in per_device]
+        found = _coordinate_table(taken, devices)
+        if found is None:
+            joint = joint_coordinate_fit(taken, devices)
+            return [] if joint is None else _joint_offset(node, pid, joint, next_id, graph.nodes)
+        fit = (found[1], found[2], [found[0]])
+        return _joint_offset(node, pid, fit, next_id, graph.nodes)
+
     replace_nodes(graph, rewrite)
+
+
+# (t0, k, [(stride, count), ...] most significant first): t[i] = t0 + k * J(i), J the
+# device's coordinate on the listed axes taken together (the first the most significant)
+JointFit = tuple[int, int, list[tuple[int, int]]]
+
+
+def joint_coordinate_fit(values: list[int], devices: int) -> JointFit | None:
+    """A table of one entry per device that is `t0 + k * J(id)`, J the device's coordinate
+    on several mesh axes taken together, not all adjacent: XLA's offset into a vocab split
+    over fsdp and sp on a (fsdp, tp, sp) mesh is `64 * (2 * c_fsdp + c_sp)`, constant along
+    tp. The device id is read as digits (the prime factors of the device count, in each
+    order), the table as a sum over digits; adjacent digits whose steps continue each other
+    are one axis; the steps of what is left must be those of one mixed-radix count."""
+    table = np.asarray(values, dtype=np.int64)
+    ids = np.arange(devices)
+    for radices in sorted(set(itertools.permutations(_prime_factors(devices)))):
+        strides = list(itertools.accumulate((1, *radices[:-1]), operator.mul))
+        digits = [(ids // s) % n for s, n in zip(strides, radices, strict=True)]
+        steps = [int(table[s] - table[0]) for s in strides]
+        fitted = table[0] + sum(k * d for k, d in zip(steps, digits, strict=True))
+        if not np.array_equal(fitted, table):
+            continue
+        terms: list[list[int]] = []  # [stride, count, step], least significant first
+        for stride, count, step in zip(strides, radices, steps, strict=True):
+            last = terms[-1] if terms else None
+            if last and last[2] and stride == last[0] * last[1] and step == last[2] * last[1]:
+                last[1] *= count
+            else:
+                terms.append([stride, count, step])
+        terms = [t for t in terms if t[2]]
+        if len(terms) < 2 or terms[0][2] <= 0:
+            return None
+        weight = terms[0][2]
+        for low, high in itertools.pairwise(terms):
+            weight *= low[1]
+            if high[2] != weight:
+                return None
+        return int(table[0]), terms[0][2], [(s, n) for s, n, _ in reversed(terms)]
+    return None
+
+
+def _prime_factors(n: int) -> list[int]:
+    factors, p = [], 2
+    while n > 1:
+        while n % p == 0:
+            factors.append(p)
+            n //= p
+        p += 1
+    return factors
+
+
+def _joint_offset(node: Node, device: int, fit: JointFit, next_id: int, nodes) -> list[Node]:
+    """`t0 + k * J` with J = ((c_1 * n_2 + c_2) * n_3 + ...), each c the coordinate
+    `(id / s) % n` the rules read as `coord(a)`, and each step of J one the rules read as
+    the coordinate on the axes so far (`joint-coordinate` in the prelude)."""
+    start, step, axes = fit
+    new = NewNodes(node, next_id)
+    pid_dtype = nodes[device].dtype
+    joint = None
+    for stride, count in axes:
+        value = new.add("div", (device, _const(new, stride, pid_dtype)), (), pid_dtype, {})
+        value = new.add("rem", (value, _const(new, count, pid_dtype)), (), pid_dtype, {})
+        if joint is not None:
+            scaled = new.add("mul", (joint, _const(new, count, pid_dtype)), (), pid_dtype, {})
+            value = new.add("add", (scaled, value), (), pid_dtype, {})
+        joint = value
+    value = new.add("convert", (joint,), (), node.dtype, {"dtype": node.dtype})
+    value = new.add("mul", (value, _const(new, step, node.dtype)), (), node.dtype, {})
+    if start != 0:
+        value = new.add("add", (value, _const(new, start, node.dtype)), (), node.dtype, {})
+    new.add("reshape", (value,), (1,), node.dtype, {})
+    return new.nodes
 
 
 def _const(new: NewNodes, value: int, dtype: str) -> int:
@@ -139,3 +236,51 @@ def _unviewed(node: Node, nodes: dict[int, Node]) -> int:
     while node.op in ("reshape", "convert"):
         node = nodes[node.operands[0]]
     return node.id
+
+
+# Evaluated device by device only on modules of at most this many devices.
+MAX_DEVICES = 64
+
+
+class DeviceScalars:
+    """One-element values computed from literals and the device's id alone, on every device."""
+
+    def __init__(self, graph: Graph, devices: int) -> None:
+        self.graph = graph
+        self.devices = devices
+        self.literal = computed_from_literals(graph)
+        self.cache: dict[int, list | None] = {}
+
+    def of(self, node_id: int) -> list | None:
+        """The value on each device, or None when it is not such a value."""
+        if node_id not in self.cache:
+            self.cache[node_id] = self._evaluate(node_id)
+        return self.cache[node_id]
+
+    def _evaluate(self, node_id: int) -> list | None:
+        if self.devices > MAX_DEVICES or not self._computable(node_id, set()):
+            return None
+        try:
+            return [self._value(node_id, d, {}).item() for d in range(self.devices)]
+        except (NotSimulable, ValueError, TypeError, IndexError, KeyError):
+            return None
+
+    def _computable(self, node_id: int, seen: set[int]) -> bool:
+        node = self.graph.node(node_id)
+        if node_id in self.literal or node.op == "rank_index" or node_id in seen:
+            return True
+        if node.op == "parameter" or not node.operands or math.prod(node.shape) > 1:
+            return False
+        seen.add(node_id)
+        return all(self._computable(o, seen) for o in node.operands)
+
+    def _value(self, node_id: int, device: int, memo: dict) -> np.ndarray:
+        if node_id not in memo:
+            node = self.graph.node(node_id)
+            if node.op == "rank_index":
+                memo[node_id] = np.asarray(device)
+            else:
+                args = [self._value(o, device, memo) for o in node.operands]
+                dtypes = [self.graph.node(o).dtype for o in node.operands]
+                memo[node_id] = np.asarray(apply(node, args, dtypes)).reshape(node.shape)
+        return memo[node_id]

@@ -10,6 +10,7 @@ block. block_lookup.py and one_hot.py rewrite what it finds into canonical forms
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from .int_ranges import as_int, decide_compare, is_int_dtype
@@ -34,6 +35,7 @@ class IndexReader:
     def __init__(self, graph: Graph) -> None:
         self.graph = graph
         self.forms: dict[int, Affine | None] = {}
+        self._joints: dict[int, frozenset] | None = None
 
     @property
     def nodes(self) -> dict[int, Node]:
@@ -131,12 +133,42 @@ class IndexReader:
         terms = dict(form)
         scalars = [a for a in terms if not self.nodes[a].shape]
         arrays = [a for a in terms if self.nodes[a].shape]
-        if len(scalars) != 1 or len(arrays) != 1 or terms[arrays[0]] != 1:
+        if not scalars or len(arrays) != 1 or terms[arrays[0]] != 1:
             return None
-        size = -terms[scalars[0]]
+        found = self._coordinate({a: -terms[a] for a in scalars})
+        if found is None:
+            return None
+        coord, size = found
         if size <= 0 or (lo, hi) != (0, size - 1):
             return None
-        return Block(arrays[0], scalars[0], size), negated
+        return Block(arrays[0], coord, size), negated
+
+    def _coordinate(self, terms: dict[int, int]) -> tuple[int, int] | None:
+        """(r, c) when the scalar terms are c * r: one atom r, or a node r whose form is
+        the terms over their common factor c (a device's coordinate on several axes,
+        `(c_fsdp * 2 + c_sp)`, which device_tables.py writes as one node)."""
+        if len(terms) == 1:
+            ((atom, size),) = terms.items()
+            return atom, size
+        size = math.gcd(*terms.values())
+        if size <= 0:
+            return None
+        wanted = frozenset((a, k // size) for a, k in terms.items())
+        return next(
+            ((node, size) for node, form in self._joint_forms().items() if form == wanted), None
+        )
+
+    def _joint_forms(self) -> dict[int, frozenset]:
+        """The scalar integer nodes that are a sum of two or more atoms with no constant."""
+        if self._joints is None:
+            self._joints = {}
+            for node_id, node in list(self.nodes.items()):
+                if node.shape or node.op not in ("add", "convert") or not is_int_dtype(node.dtype):
+                    continue
+                form = self.affine(node_id)
+                if form is not None and form[1] == 0 and len(form[0]) > 1:
+                    self._joints[node_id] = frozenset(form[0].items())
+        return self._joints
 
     def constraints(self, node_id: int) -> tuple[dict[frozenset, tuple[float, float]], bool] | None:
         """The predicate as bounds on affine forms (a conjunction), and whether it is negated."""
@@ -221,8 +253,11 @@ class IndexReader:
         """Whether the value equals index - size * coord wherever index is in the block."""
         node = self.nodes[node_id]
         form = self.affine(node_id)
-        if form == ({block.index: 1, block.coord: -block.size}, 0):
-            return True
+        coord = self.affine(block.coord)
+        if coord is not None and coord[1] == 0:
+            offset = {a: -block.size * k for a, k in coord[0].items()}
+            if form == ({block.index: 1, **offset}, 0):
+                return True
         ops = node.operands
         if node.op == "convert" and is_int_dtype(self.nodes[ops[0]].dtype):
             return self.equals_offset(ops[0], block)

@@ -25,7 +25,11 @@ from .ir import ROW_MAJOR_VIEWS, Graph, Node
 
 Range = tuple[float, float]  # lo, hi; +-inf when unbounded
 
-_UNARY_SAME = {"broadcast", "reshape", "merge", "split", "transpose", "slice", "copy"}
+# Ops whose entries are entries of their first operand (a slice at a computed start too).
+_UNARY_SAME = {
+    "broadcast", "reshape", "merge", "split", "transpose", "slice", "copy", "slice_at",
+    "dynamic_slice",
+}  # fmt: skip
 # Collectives that only move entries between devices: every device runs the same program on
 # inputs in the same assumed range, so what one receives lies in the range its sender's has.
 _MOVES = {"all_gather", "collective_permute", "all_to_all"}

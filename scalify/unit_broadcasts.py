@@ -45,20 +45,68 @@ def with_unit_broadcast_forms(graph: Graph) -> Graph:
                 forms[operand] = ids[-1]
                 added += ids
             # one operand at a time: the others keep the sizes that anchor the broadcast
-            operands = list(node.operands)
-            operands[k] = forms[operand]
-            twin = replace(node, id=next_id, operands=tuple(operands), name=f"{node.name}.unit")
-            copy.nodes[twin.id] = twin
+            added.append(_twin(copy, twins, node, k, forms[operand], next_id, "unit"))
             next_id += 1
-            copy.equalities.append((node.id, twin.id))
-            added.append(twin.id)
-            twins[twin.id] = forms[operand]
         if added:
             placed[node.id] = added
     place_after(copy, placed)
     if twins:
         copy.derived[UNIT_TWINS] = twins
     return copy
+
+
+def with_paired_broadcast_forms(graph: Graph) -> Graph:
+    """A copy of `graph` where each elementwise op over two or more broadcasts has, for each
+    of them, an equal form over a copy of that broadcast, which drops its sizes (the other
+    broadcasts fix them). The encoder gives sizes to broadcasts that only meet each other,
+    since one of them must keep its own; which one is no local choice: a mask `and`s the
+    keys' test broadcast along the queries with the queries' test broadcast along the keys,
+    and on a sequence shard the queries' dim is the device's block, the keys' dim whole.
+    Both readings go into the e-graph (of both programs: the baseline's must meet the
+    distributed one's), and the layout that holds picks one."""
+    copy = replace(graph, nodes=dict(graph.nodes), equalities=list(graph.equalities), derived={})
+    twins: dict[int, int] = dict(graph.derived.get(UNIT_TWINS, {}))
+    next_id = max(copy.nodes, default=-1) + 1
+    placed: dict[int, list[int]] = {}
+    for node in list(graph.nodes.values()):
+        if node.op not in ELEMENTWISE or node.id in twins:
+            continue
+        spread = [k for k, o in enumerate(node.operands) if _stretching(graph.node(o))]
+        if len(spread) < 2:
+            continue
+        added: list[int] = []
+        for k in spread:
+            source = graph.node(node.operands[k])
+            form = replace(source, id=next_id, name=f"{source.name}.free")
+            copy.nodes[form.id] = form
+            added += [form.id, _twin(copy, twins, node, k, form.id, next_id + 1, "free")]
+            next_id += 2
+        placed[node.id] = added
+    place_after(copy, placed)
+    if twins:
+        copy.derived[UNIT_TWINS] = twins
+    return copy
+
+
+def _twin(copy: Graph, twins: dict, node: Node, k: int, form: int, twin_id: int, kind: str) -> int:
+    """`node` with operand k read as the broadcast form `form`: an equal value, added to
+    `copy` beside the node and registered for the encoder (which lets the form drop its
+    sizes when another operand fixes them)."""
+    operands = list(node.operands)
+    operands[k] = form
+    twin = replace(node, id=twin_id, operands=tuple(operands), name=f"{node.name}.{kind}")
+    copy.nodes[twin.id] = twin
+    copy.equalities.append((node.id, twin.id))
+    twins[twin.id] = form
+    return twin.id
+
+
+def _stretching(node: Node) -> bool:
+    """A broadcast that makes at least one new dim of more than one entry."""
+    if node.op != "broadcast":
+        return False
+    kept = set(node.attrs.get("dims", ()))
+    return any(size > 1 for d, size in enumerate(node.shape) if d not in kept)
 
 
 def _broadcast_form(graph: Graph, value: Node, next_id: int) -> tuple[list[int], int]:

@@ -73,7 +73,7 @@ from .report.model import (
 )
 from .simulate import NotSimulable, simulate
 from .slice_views import with_slice_alternatives
-from .unit_broadcasts import with_unit_broadcast_forms
+from .unit_broadcasts import with_paired_broadcast_forms, with_unit_broadcast_forms
 from .unit_dims import with_unit_alternatives
 from .unit_round_trips import with_round_trip_forms
 
@@ -304,7 +304,8 @@ def prove(
     base, dist, inputs = with_part_views(base, dist, inputs, mesh)
     base = with_slice_alternatives(alternative_forms(base), baseline=True)
     dist = with_slice_alternatives(alternative_forms(dist), baseline=False, parts=parts)
-    dist = with_unit_broadcast_forms(dist)
+    base = with_paired_broadcast_forms(base)
+    dist = with_paired_broadcast_forms(with_unit_broadcast_forms(dist))
     commands += GraphEncoder(base, "b", mesh, signatures).commands()
     commands += GraphEncoder(dist, "d", mesh, signatures).commands()
     commands += signature_facts(signatures)

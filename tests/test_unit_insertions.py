@@ -35,12 +35,36 @@ ENTRY main {
     ids=["same_place", "another_place"],
 )
 def test_a_unit_dim_inserted_into_a_shard(tmp_path, shape, verdict):
-    (tmp_path / "b.hlo").write_text(BASELINE)
-    (tmp_path / "d.hlo").write_text(DISTRIBUTED.replace("SHAPE", shape))
+    report = _verify(
+        tmp_path, BASELINE, DISTRIBUTED.replace("SHAPE", shape), "sp=2", "shard(2, sp)"
+    )
+    assert report.verdict == verdict, [s.reason for s in report.suspects[:2]]
+
+
+def _verify(tmp_path, baseline: str, distributed: str, mesh: str, output: str):
+    (tmp_path / "b.hlo").write_text(baseline)
+    (tmp_path / "d.hlo").write_text(distributed)
     relations = tmp_path / "r.json"
-    relations.write_text('{"outputs": ["shard(2, sp)"]}')
-    report = verify_files(
-        str(tmp_path / "b.hlo"), str(tmp_path / "d.hlo"), RULES, mesh="sp=2",
+    relations.write_text(f'{{"outputs": ["{output}"]}}')
+    return verify_files(
+        str(tmp_path / "b.hlo"), str(tmp_path / "d.hlo"), RULES, mesh=mesh,
         relations=str(relations),
     )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "shape, verdict",
+    [("1,1,8", "equivalent"), ("1,8,1", "not_equivalent")],
+    ids=["same_place", "another_place"],
+)
+def test_a_unit_dim_inserted_beside_a_row_split_down_to_one(tmp_path, shape, verdict):
+    """The batch split over dp down to one row per device: `[1, 8] -> [1, 1, 8]` may insert
+    before or after the device's unit dim; both readings enter, and the one that matches the
+    baseline's `[2, 16] -> [2, 1, 16]` holds."""
+    baseline = BASELINE.replace("devices=[1,2]<=[2]", "devices=[2,2]<=[4]").replace(
+        "devices=[1,1,2]<=[2]", "devices=[2,1,2]<=[4]"
+    )
+    distributed = DISTRIBUTED.replace("s32[2,8]", "s32[1,8]").replace("[1,2]<=[2]", "[2,2]<=[4]")
+    distributed = distributed.replace("SHAPE", shape)
+    report = _verify(tmp_path, baseline, distributed, "dp=2,sp=2", "shard(0, dp) shard(2, sp)")
     assert report.verdict == verdict, [s.reason for s in report.suspects[:2]]

@@ -311,20 +311,19 @@ def vocabulary_facts(mesh: Mesh, graphs: list[Graph]) -> list[str]:
         facts.append(f"(set (AxisStride {egg_string(axis)}) {stride})")
         strides[axis] = stride
         stride *= size
-    # Runs of consecutive axes (those of one device skipped) are one axis too, as collectives
-    # over them name them: the device's coordinate on the run is (id / s) % n with s the last
-    # axis's stride and n their product, the first axis the most significant.
+    # Sets of axes (those of one device skipped) are one axis too, as collectives over them
+    # name them, the first axis the most significant; a run of consecutive axes has a
+    # stride: the device's coordinate on it is (id / s) % n, s the last axis's stride and n
+    # their product. (On a set with gaps, the coordinate is built axis by axis: the
+    # prelude's `joint-coordinate`.)
     real = [(a, n) for a, n in mesh.axes if n > 1]
-    for i, j in itertools.combinations(range(len(real) + 1), 2):
-        if j - i < 2:
-            continue
-        run = real[i:j]
-        name = egg_string(",".join(a for a, _ in run))
-        facts += [
-            f"(Axis {name})",
-            f"(set (AxisSize {name}) {math.prod(n for _, n in run)})",
-            f"(set (AxisStride {name}) {strides[run[-1][0]]})",
-        ]
+    for size in range(2, len(real) + 1):
+        for chosen in itertools.combinations(range(len(real)), size):
+            axes = [real[k] for k in chosen]
+            name = egg_string(",".join(a for a, _ in axes))
+            facts += [f"(Axis {name})", f"(set (AxisSize {name}) {math.prod(n for _, n in axes)})"]
+            if chosen[-1] - chosen[0] == size - 1:
+                facts.append(f"(set (AxisStride {name}) {strides[axes[-1][0]]})")
     literals = {
         literal_key(n.attrs.get("value"), n.dtype)
         for g in graphs

@@ -42,6 +42,15 @@ CASES = {  # the stored pair -> EasyDeL's mesh (dp, fsdp, ep, tp, sp)
     "tp2_sp2_mask": "dp=1,fsdp=1,ep=1,tp=2,sp=2",
     # the weights split over fsdp and sp at once (one dim over two axes), gathered over both
     "fsdp2_sp2": "dp=1,fsdp=2,ep=1,tp=1,sp=2",
+    # three axes: the vocab split over fsdp and sp, which tp separates in the device order
+    # (each device's offset into it is a table over the device id, 64 * (2 c_fsdp + c_sp));
+    # the ids exchanged between the tp and sp devices by a collective-permute, and the
+    # local index and its mask computed on the tp block of the sequence, then all-gathered
+    "fsdp2_tp2_sp2": "dp=1,fsdp=2,ep=1,tp=2,sp=2",
+    "fsdp2_tp2_sp2_mask": "dp=1,fsdp=2,ep=1,tp=2,sp=2",
+    # the same over dp: the offset is a table indexed by another table of the device id
+    "dp2_tp2_sp2": "dp=2,fsdp=1,ep=1,tp=2,sp=2",
+    "dp2_tp2_sp2_mask": "dp=2,fsdp=1,ep=1,tp=2,sp=2",
 }
 
 
@@ -93,3 +102,21 @@ def test_a_lookup_reduced_over_one_of_its_two_axes_is_caught(tmp_path):
     report = verify_files(str(HERE / "fsdp2_sp2_baseline.hlo.gz"), str(broken), RULES, mesh=mesh)
     assert report.verdict == "not_equivalent"
     assert "fsdp" in report.suspects[0].reason, report.suspects[0].reason
+
+
+def test_vocab_offsets_counted_over_the_axes_in_the_wrong_order_are_caught(tmp_path):
+    """fsdp 2 x tp 2 x sp 2: each device's offset into the vocab is 64 * (2 c_fsdp + c_sp),
+    a table over the device id. Counted with sp the more significant axis (each device then
+    looks up another device's block of the table) the lookup is wrong, and caught there."""
+    text = gzip.decompress((HERE / "fsdp2_tp2_sp2_dist.hlo.gz").read_bytes()).decode()
+    right = "constant({0, 64, 0, 64, 128, 192, 128, 192})"
+    assert text.count(right) == 1
+    broken = tmp_path / "dist.hlo"
+    broken.write_text(text.replace(right, "constant({0, 128, 0, 128, 64, 192, 64, 192})"))
+    mesh = CASES["fsdp2_tp2_sp2"]
+    report = verify_files(
+        str(HERE / "fsdp2_tp2_sp2_baseline.hlo.gz"), str(broken), RULES, mesh=mesh
+    )
+    assert report.verdict == "not_equivalent"
+    first = report.suspects[0]
+    assert first.file.startswith("easydel/layers/embeddings/"), (first.file, first.reason)
