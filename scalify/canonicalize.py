@@ -218,6 +218,8 @@ def canonicalize(graph: Graph) -> Graph:
     fold_literals(graph)
     join_padded_pieces(graph)
     fold_literal_arrays(graph)
+    # again: a predicate evaluated just now (an optimizer's `step >= 1`) decides a select
+    fold_literals(graph)
     lift_broadcast_indices(graph)
     next_id = max(graph.nodes, default=-1) + 1
     nodes: dict[int, Node] = {}

@@ -626,6 +626,8 @@ class _Lowering:
             return self.device_op(fx_node, name)
         if (namespace, name) == ("prims", "copy_to"):  # `dst.copy_(src)` by another name
             namespace, name = "aten", "copy_"
+        if (namespace, name) == ("prims", "reciprocal"):  # `1 / x` as a decomposition writes it
+            namespace = "aten"
         if namespace != "aten":
             raise _Unsupported(namespace)
         if name in _IDENTITY:
@@ -675,6 +677,11 @@ class _Lowering:
         if method is None:
             raise _Unsupported(name)
         return method(fx_node, shape, dtype)
+
+    def op_reciprocal(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
+        """`1 / x`."""
+        x = self.convert(self.tensor(fx_node.args[0]), dtype)
+        return self.new("div", (self.fill(1, shape, dtype), x), shape, dtype, final=True)
 
     def op_as_strided(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
         """`as_strided` that reads all of a contiguous tensor, in order (autograd's backward

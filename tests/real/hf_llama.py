@@ -166,6 +166,37 @@ def train_step(model: torch.nn.Module, loss_of):
     return step
 
 
+def optimizer_step(model: torch.nn.Module, loss_of, clip: str = ""):
+    """One training step as a loop writes it: the loss, `backward()`, the gradients clipped
+    to norm 1 by hand when `clip` says how (torch's `clip_grad_norm_` refuses transformers'
+    mix of DTensor and plain gradients), and `torch.optim.AdamW.step()`; returns the loss
+    and the updated weights. `clip="whole"` takes each gradient's norm over the whole
+    tensor (`full_tensor()` of a DTensor); `clip="local"` over this device's shard, the
+    classic mistake of a hand-written clip (on one device the two are the same)."""
+    weights = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(weights, lr=1e-3)
+
+    def step(*inputs):
+        loss = loss_of(model, *inputs)
+        loss.backward()
+        if clip:
+            grads = [_piece(p.grad, clip) for p in weights]
+            norm = torch.sqrt(sum((g * g).sum() for g in grads))
+            for p in weights:
+                p.grad.mul_(torch.clamp(1.0 / (norm + 1e-6), max=1.0))
+        optimizer.step()
+        return loss, weights
+
+    return step
+
+
+def _piece(tensor: torch.Tensor, clip: str) -> torch.Tensor:
+    """The part of a gradient a clip's norm reads: all of a DTensor, or its local shard."""
+    if not hasattr(tensor, "to_local"):
+        return tensor
+    return tensor.full_tensor() if clip == "whole" else tensor.to_local()
+
+
 def causal_lm_loss(model: Any, input_ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return model(input_ids, labels=labels).loss
 

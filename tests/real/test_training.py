@@ -98,6 +98,53 @@ def test_llama_training_step_with_its_own_plan_is_proved(tmp_path):
     assert {o.expected for o in report.outputs} == {"replicate", "shard(0, tp)", "shard(1, tp)"}
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("clip", ["", "whole"], ids=["no_clip", "clip_by_whole_norm"])
+def test_llama_optimizer_step_with_torch_adamw_is_proved(tmp_path, clip):
+    """transformers' Llama with its own TP plan, a whole step of a training loop: loss,
+    backward, a hand-written clip by the norm of every whole gradient, and
+    `torch.optim.AdamW.step()` (foreach, over DTensor shards); every updated weight proved
+    in its layout."""
+    require("transformers", "accelerate")
+    from hf_llama import load, save_tiny_llama
+
+    baseline, model, mesh = load(save_tiny_llama(tmp_path / "tiny-llama"))
+    report = _optimizer_step_report(baseline, model, mesh, clip, clip)
+    assert report.verdict == "equivalent", [s.reason for s in report.suspects[:2]]
+
+
+@pytest.mark.slow
+def test_gradients_clipped_by_each_devices_own_norm_are_caught(tmp_path):
+    """The same loop whose clip sums the norms of each device's shards (`to_local()`): right
+    on one device, wrong under TP, where a sharded gradient's norm is only a part. Caught
+    at the line that adds the norms: a partial sum over tp added to complete ones."""
+    require("transformers", "accelerate")
+    from hf_llama import load, save_tiny_llama
+
+    baseline, model, mesh = load(save_tiny_llama(tmp_path / "tiny-llama"))
+    report = _optimizer_step_report(baseline, model, mesh, "local", "local")
+    assert report.verdict == "not_equivalent"
+    first = report.suspects[0]
+    assert first.file.endswith("hf_llama.py") and "partial sum over tp" in first.reason, (
+        first.file,
+        first.reason,
+    )
+
+
+def _optimizer_step_report(baseline, model, mesh, base_clip: str, dist_clip: str):
+    from hf_llama import VOCAB, causal_lm_loss, optimizer_step, token_ids
+
+    from scalify.api import check_equivalent
+
+    labels = torch.randint(0, VOCAB, (2, 8), generator=torch.Generator().manual_seed(3))
+    return check_equivalent(
+        optimizer_step(baseline, causal_lm_loss, base_clip),
+        optimizer_step(model, causal_lm_loss, dist_clip),
+        mesh=mesh,
+        example_inputs=(token_ids(), labels),
+    )
+
+
 # ---- a Megatron-style block written with functional collectives, sequence parallel
 
 
