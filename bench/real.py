@@ -139,6 +139,8 @@ def easydel_rows() -> list[tuple[str, float, float, str]]:
         "sp2": "dp=1,fsdp=1,ep=1,tp=1,sp=2",
         "sp4": "dp=1,fsdp=1,ep=1,tp=1,sp=4",
         "tp2_sp2": "dp=1,fsdp=1,ep=1,tp=2,sp=2",
+        "fsdp2_tp2_sp2": "dp=1,fsdp=2,ep=1,tp=2,sp=2",
+        "dp2_tp2_sp2_mask": "dp=2,fsdp=1,ep=1,tp=2,sp=2",
     }
     rows = []
     for case, mesh in meshes.items():
