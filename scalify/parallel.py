@@ -50,9 +50,10 @@ def prefetch_segments(
     mesh: Mesh,
     limits: Limits,
     prove: Callable[[Graph, Graph, str, Mesh, list[Relation], Limits], Proof],
-) -> dict[str, Proof]:
+) -> dict[str, tuple[Proof, int]]:
     """Proofs of the distinct remaining segment pairs (paired one to one), keyed as the
-    ordered walk will key them if the entry relation stays `entry`."""
+    ordered walk will key them if the entry relation stays `entry`, each with the exit of
+    the distributed segment it was proved for."""
     jobs: dict[str, tuple[Any, ...]] = {}
     for k, (base_seg, dist_seg) in enumerate(zip(base_segs, dist_segs, strict=False)):
         label = f"prefetch {k}"
@@ -69,4 +70,7 @@ def prefetch_segments(
             prove,
             [(b, d, rules_program, mesh, r, quiet) for b, d, r in jobs.values()],
         )
-    return dict(zip(jobs, proofs, strict=True))
+    # each proof with the exit it was proved for: its facts name that segment's nodes, so
+    # it stands only for that segment (an identical one later is a memo hit instead)
+    exits = [dist_sub.outputs[0] for _, dist_sub, _ in jobs.values()]
+    return dict(zip(jobs, zip(proofs, exits, strict=True), strict=True))

@@ -377,7 +377,7 @@ def prove_partitioned(
     base_segs, dist_segs = segments(base, base_cuts), segments(dist, dist_cuts)
     total = Proof({}, set(), RunStats(saturated=True), partitions=0)
     memo: dict[str, list] = {}
-    prefetched: dict[str, Proof] = {}
+    prefetched: dict[str, tuple[Proof, int]] = {}
     entry: list = []
     i = j = 0
     while i < len(base_segs) and j < len(dist_segs):
@@ -416,9 +416,10 @@ def prove_partitioned(
                 for d, b, lay in (inner or []) + made:  # the proved segment's outputs, here
                     total.relations.setdefault(dist_order[d], set()).add((lay, base_order[b]))
             else:
-                proof = prefetched.pop(key, None) or prove(
-                    base_sub, dist_sub, rules_program, mesh, relations, limits
-                )
+                early, proved_for = prefetched.pop(key, (None, None))
+                if early is None or proved_for != dist_seg.exit:  # (another segment's nodes)
+                    early = prove(base_sub, dist_sub, rules_program, mesh, relations, limits)
+                proof = early
                 _accumulate(total, proof)
                 exit_layouts = [
                     lay for lay, b in proof.relations.get(dist_seg.exit, ()) if b == base_seg.exit
