@@ -156,8 +156,8 @@ def _loss_region(graph: Graph, first: int, computed: list[int]) -> set[int]:
     if any(o in region for o in computed if o != first):
         return set()
     backward = graph.computed_ancestors([o for o in computed if o != first], region)
-    partner = graph.memo("equality_partner", _equality_partner)
-    forms = [partner[n] for n in region if n in partner and partner[n] not in region]
+    partners = graph.memo("equality_partners", _equality_partners)
+    forms = [p for n in region for p in partners.get(n, ()) if p not in region]
     while forms:  # equal forms of forward values, and what only they are made from (not
         added: set[int] = set()  # one made from a backward value: that one stays behind)
         for form in forms:
@@ -165,7 +165,7 @@ def _loss_region(graph: Graph, first: int, computed: list[int]) -> set[int]:
             if not made_from & backward:
                 added |= made_from
         region |= added
-        forms = [partner[n] for n in added if n in partner and partner[n] not in region]
+        forms = [p for n in added for p in partners.get(n, ()) if p not in region]
     literal = leaf_nodes(graph)
     work = len(region - literal)
     total = sum(1 for n in graph.nodes.values() if n.op != "parameter" and n.id not in literal)
@@ -390,8 +390,8 @@ def subgraph(graph: Graph, segment: Segment, label: str) -> Graph:
     needed_literals: set[int] = set()
     params: set[int] = set()
     stack = [o for n in segment.nodes for o in graph.node(n).operands if o not in members]
-    partner = graph.memo("equality_partner", _equality_partner)
-    stack += [partner[n] for n in segment.nodes if n in partner and partner[n] not in members]
+    partners = graph.memo("equality_partners", _equality_partners)
+    stack += [p for n in segment.nodes for p in partners.get(n, ()) if p not in members]
     sides: set[int] = set()
     while stack:
         node_id = stack.pop()
@@ -404,8 +404,8 @@ def subgraph(graph: Graph, segment: Segment, label: str) -> Graph:
             if node_id not in needed_literals:
                 needed_literals.add(node_id)
                 stack.extend(node.operands)
-                if node_id in partner:  # an alternative form travels with its node
-                    stack.append(partner[node_id])
+                # an alternative form travels with its node
+                stack.extend(partners.get(node_id, ()))
         elif node_id not in members:  # a value an earlier segment made (the backward reads
             sides.add(node_id)  # the forward's): an input, related as proved there
     nodes: dict[int, Node] = {}
@@ -446,8 +446,15 @@ def subgraph(graph: Graph, segment: Segment, label: str) -> Graph:
     )
 
 
-def _equality_partner(graph: Graph) -> dict[int, int]:
-    return {a: b for a, b in graph.equalities} | {b: a for a, b in graph.equalities}
+def _equality_partners(graph: Graph) -> dict[int, list[int]]:
+    """Each node's equal forms, every one: a value may have several (a batch x heads view's
+    unmerged twin and its view through a broadcast), and a map to one of them lost the
+    others, so a forward segment went without the twin that relates it."""
+    partners: dict[int, list[int]] = {}
+    for a, b in graph.equalities:
+        partners.setdefault(a, []).append(b)
+        partners.setdefault(b, []).append(a)
+    return partners
 
 
 class _PairsByNode:

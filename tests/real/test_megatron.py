@@ -130,16 +130,20 @@ def test_a_gpt_training_step_is_proved(tmp_path, options):
 
 
 @pytest.mark.slow
-def test_the_gpt_training_step_is_cut_between_layers_in_both_passes(tmp_path):
+def test_the_gpt_training_step_is_proved_segment_by_segment(tmp_path):
     """Megatron's own step (autograd's backward after the forward, loss one per token):
-    partitioning finds its forward pass and cuts each pass between its two layers
-    (attention, then MLP). Its segments are not proved yet (the whole step is, above): an
-    equal form of a forward value that canonicalisation builds from backward values leaves
-    the attention's head merges unrelated inside the forward's segment."""
+    partitioning finds its forward pass, cuts each pass between its two layers (attention,
+    then MLP), and proves it segment by segment, the second layer's reusing the first's.
+    The forward's attention segment needs both equal forms of the view that splits batch x
+    heads apart again (its unmerged twin, and its view through the scale's broadcast); a
+    map that kept one equal form per node left the twin out, and the step was proved
+    whole."""
     report = _verify(tmp_path, "--part", "gpt", "--loss", "--grad", "--tp", "2")
     for side, sizes in report["segments"].items():
         layers = [size for size in sizes if size > 20]
         assert len(layers) >= 8, (side, sizes)  # 2 layers x (attention, MLP) x 2 passes
+    assert report["verdict"] == "equivalent", report["suspects"][:2]
+    assert report["stats"]["partitions"] >= 8 and report["stats"]["memo_hits"] >= 2
 
 
 def test_a_qkv_projection_whose_input_gradient_is_not_reduced_is_caught(tmp_path):
