@@ -130,15 +130,20 @@ def joint_coordinate_fit(values: list[int], devices: int) -> JointFit | None:
             else:
                 terms.append([stride, count, step])
         terms = [t for t in terms if t[2]]
-        if len(terms) < 2 or terms[0][2] <= 0:
-            return None
-        weight = terms[0][2]
-        for low, high in itertools.pairwise(terms):
-            weight *= low[1]
-            if high[2] != weight:
-                return None
-        return int(table[0]), terms[0][2], [(s, n) for s, n, _ in reversed(terms)]
+        if len(terms) >= 2 and _mixed_radix(terms):  # else another digit order may fit
+            return int(table[0]), terms[0][2], [(s, n) for s, n, _ in reversed(terms)]
     return None
+
+
+def _mixed_radix(terms: list[list[int]]) -> bool:
+    """Whether the steps of [stride, count, step] terms, least significant first, count one
+    number: each a positive step times the counts of the terms below it."""
+    weight = terms[0][2]
+    for low, high in itertools.pairwise(terms):
+        weight *= low[1]
+        if high[2] != weight:
+            return False
+    return terms[0][2] > 0
 
 
 def _prime_factors(n: int) -> list[int]:
