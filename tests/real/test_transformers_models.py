@@ -12,7 +12,16 @@ from real_support import require
 
 require("transformers", "accelerate")
 
-from hf_llama import ARCHITECTURES, check_training_step, load, save_tiny, token_ids  # noqa: E402
+from hf_llama import (  # noqa: E402
+    ARCHITECTURES,
+    VOCAB,
+    causal_lm_loss,
+    check_training_step,
+    load,
+    optimizer_step,
+    save_tiny,
+    token_ids,
+)
 
 from scalify.api import check_equivalent  # noqa: E402
 
@@ -33,4 +42,21 @@ def test_each_family_trains_with_its_own_plan(tmp_path, architecture):
     gathered q and k, Starcoder2's biases, Phi3's fused projections."""
     checkpoint = save_tiny(tmp_path / architecture, architecture)
     report = check_training_step(*load(checkpoint, 2, f"{architecture}ForCausalLM"))
+    assert report.verdict == "equivalent", [s.reason for s in report.suspects[:2]]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("architecture", ["Qwen3", "Olmo2", "Starcoder2", "Phi3"])
+def test_each_family_takes_an_adamw_step_with_its_own_plan(tmp_path, architecture):
+    """A training loop's whole step, `torch.optim.AdamW.step()` after `backward()`: every
+    weight updated in its own layout, biases, per-head norms and fused projections too."""
+    checkpoint = save_tiny(tmp_path / architecture, architecture)
+    baseline, model, mesh = load(checkpoint, 2, f"{architecture}ForCausalLM")
+    labels = torch.randint(0, VOCAB, (2, 8), generator=torch.Generator().manual_seed(3))
+    report = check_equivalent(
+        optimizer_step(baseline, causal_lm_loss),
+        optimizer_step(model, causal_lm_loss),
+        mesh=mesh,
+        example_inputs=(token_ids(), labels),
+    )
     assert report.verdict == "equivalent", [s.reason for s in report.suspects[:2]]
