@@ -315,8 +315,8 @@ MAX_UNIT_PLACEMENTS = 4
 def unit_placements(source: tuple[int, ...], target: tuple[int, ...]) -> list[tuple[int, ...]]:
     """Each way a reshape that only inserts size-1 dims places the source's dims, in order,
     when the source has size-1 dims too (so there is more than one): the target dims the
-    source dims land on, every other target dim of size 1. None beyond
-    MAX_UNIT_PLACEMENTS, and none for any other reshape."""
+    source dims land on, every other target dim of size 1. None (an empty list) beyond
+    MAX_UNIT_PLACEMENTS, and for any other reshape."""
     if 1 not in source or len(target) <= len(source):
         return []
     found: list[tuple[int, ...]] = []

@@ -13,6 +13,14 @@ of n devices and stride s, which `rules/tp.srl`'s `axis_coordinate` reads as `co
 - a table of n entries, t[j] = t0 + k*j, indexed by such a coordinate (whose range is
   [0, n) by construction, so the slice's clamp never acts), is `t0 + k * c`.
 
+On a mesh of several axes a table may count over several of them at once: XLA's offset
+into a vocab split over fsdp and sp, which tp separates in the device order, is
+`64 * (2 c_fsdp + c_sp)`. `joint_coordinate_fit` reads such a table, and it is written as
+`t0 + k * J`, J the coordinate on those axes built axis by axis (`c_fsdp * 2 + c_sp`, which
+the prelude's `joint-coordinate` reads as `coord(fsdp,sp)`). A table indexed by other
+arithmetic on the device id (another table's coordinate) is evaluated on every device
+(`DeviceScalars`) and fitted the same ways.
+
 Written so, an offset is an affine form over a coordinate for `index_forms.py` and a value
 the rules relate. Any other table is left as it is.
 """
@@ -27,6 +35,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from .int_ranges import is_int_dtype
 from .ir import Graph, NewNodes, Node, replace_nodes
 from .partition import computed_from_literals
 from .simulate.kernels import NotSimulable, apply
@@ -80,15 +89,19 @@ def fold_device_tables(graph: Graph) -> None:
         new.add("reshape", (value,), (1,), node.dtype, {})
         return new.nodes
 
+    scalars: list[DeviceScalars] = []  # made on first use, for the graph as it was
+    pid = next((n.id for n in graph.nodes.values() if _device_id(n, graph.nodes) is not None), None)
+
     def _composed_table(node: Node, values: list[int], index: Node, next_id: int) -> list[Node]:
         """A table indexed by some other arithmetic on the device id (a coordinate on
         several axes, itself from a table): the entry each device takes, fitted as one
         table of one entry per device (with one axis, J below is its coordinate)."""
-        pid = next(
-            (n.id for n in graph.nodes.values() if _device_id(n, graph.nodes) is not None), None
-        )
-        per_device = DeviceScalars(graph, devices).of(index.id)
-        if pid is None or per_device is None:
+        if pid is None:
+            return []
+        if not scalars:
+            scalars.append(DeviceScalars(graph, devices))
+        per_device = scalars[0].of(index.id)
+        if per_device is None:
             return []
         taken = [values[min(max(int(i), 0), len(values) - 1)] for i in per_device]
         found = _coordinate_table(taken, devices)
@@ -272,7 +285,9 @@ class DeviceScalars:
 
     def _computable(self, node_id: int, seen: set[int]) -> bool:
         node = self.graph.node(node_id)
-        if node_id in self.literal or node.op == "rank_index" or node_id in seen:
+        if node.op == "rank_index":  # the partition id only: a replica id is another value
+            return node.attrs.get("kind") == "partition"
+        if node_id in self.literal or node_id in seen:
             return True
         if node.op == "parameter" or not node.operands or math.prod(node.shape) > 1:
             return False
@@ -287,5 +302,17 @@ class DeviceScalars:
             else:
                 args = [self._value(o, device, memo) for o in node.operands]
                 dtypes = [self.graph.node(o).dtype for o in node.operands]
-                memo[node_id] = np.asarray(apply(node, args, dtypes)).reshape(node.shape)
+                value = np.asarray(apply(node, args, dtypes)).reshape(node.shape)
+                if is_int_dtype(node.dtype) and not fits_dtype(value, node.dtype):
+                    raise ValueError("wraps around")  # the kernels compute in int64
+                memo[node_id] = value
         return memo[node_id]
+
+
+def fits_dtype(value: np.ndarray, dtype: str) -> bool:
+    """Whether every entry lies in the integer dtype's range (the kernels compute in int64)."""
+    kind = {"s": "int", "u": "uint"}.get(dtype[:1])
+    if kind is None or not dtype[1:].isdigit():
+        return False
+    info = np.iinfo(f"{kind}{dtype[1:]}")
+    return value.size == 0 or (int(value.min()) >= info.min and int(value.max()) <= info.max)

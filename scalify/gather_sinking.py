@@ -27,8 +27,12 @@ from .ops import ELEMENTWISE
 
 
 def sink_gathers(graph: Graph) -> None:
-    """Move elementwise ops below all-gathers (see the module doc), until none moves."""
-    while _sink_once(graph, DeviceScalars(graph, graph.num_partitions or 1)):
+    """Move elementwise ops below all-gathers (see the module doc), until none moves. Only
+    in a module that names its device count: the test below evaluates values per device."""
+    devices = graph.num_partitions
+    if not devices or devices < 2:
+        return
+    while _sink_once(graph, DeviceScalars(graph, devices)):
         pass
 
 
@@ -91,6 +95,17 @@ def _share_gathers(graph: Graph) -> None:
         graph.nodes = {i: n for i, n in graph.nodes.items() if i not in alias}
         graph.outputs = [alias.get(o, o) for o in graph.outputs]
         graph.equalities = [(alias.get(a, a), alias.get(b, b)) for a, b in graph.equalities]
+        graph.output_shardings = {alias.get(k, k): v for k, v in graph.output_shardings.items()}
+
+
+def _same_within(per_device: list, groups) -> bool:
+    """Whether the value is equal on every device of each group. Groups that do not list
+    every device exactly once (a traced program names its own device's group only) say
+    nothing of the others: then the value must be equal on every device."""
+    members = sorted(d for group in groups for d in group)
+    if not groups or members != list(range(len(per_device))):
+        return len(set(per_device)) == 1
+    return all(len({per_device[d] for d in group}) == 1 for group in groups)
 
 
 def _index_typed(node: Node) -> bool:
@@ -117,9 +132,5 @@ def _operand_kind(
         per_device = values.of(operand.operands[0])
         if per_device is None:
             return None
-        if all(
-            len({per_device[d] for d in group}) == 1 for group in groups or [range(len(per_device))]
-        ):
-            return "same"
-        return None
+        return "same" if _same_within(per_device, groups) else None
     return "full" if operand.shape == inner.shape else None

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .device_tables import coordinate_fit
+from .device_tables import MAX_DEVICES, coordinate_fit, fits_dtype
 from .int_ranges import is_int_dtype
 from .ir import Graph, Node
 from .ops import COLLECTIVES
@@ -138,10 +138,6 @@ class _DeviceValues:
         return made.nodes
 
 
-# A module of more devices is not evaluated device by device.
-MAX_DEVICES = 64
-
-
 def _value(graph: Graph, node: Node, values: dict[int, np.ndarray]) -> np.ndarray:
     """The node's value, from its operands' (all literal, evaluated first in graph order)."""
     if node.id not in values:
@@ -152,19 +148,10 @@ def _value(graph: Graph, node: Node, values: dict[int, np.ndarray]) -> np.ndarra
         value = np.asarray(apply(node, args, [graph.node(o).dtype for o in node.operands])).reshape(
             node.shape
         )
-        if is_int_dtype(node.dtype) and not _fits(value, node.dtype):
+        if is_int_dtype(node.dtype) and not fits_dtype(value, node.dtype):
             raise ValueError("wraps around")  # left to the simulator, which models it
         values[node.id] = value
     return values[node.id]
-
-
-def _fits(value: np.ndarray, dtype: str) -> bool:
-    """Whether every entry lies in the integer dtype's range (the kernels compute in int64)."""
-    kind = {"s": "int", "u": "uint"}.get(dtype[:1])
-    if kind is None or not dtype[1:].isdigit():
-        return False
-    info = np.iinfo(f"{kind}{dtype[1:]}")
-    return value.size == 0 or (int(value.min()) >= info.min and int(value.max()) <= info.max)
 
 
 def _canonical_form(node: Node, value: np.ndarray, next_id: int) -> list[Node] | None:

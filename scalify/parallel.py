@@ -50,10 +50,10 @@ def prefetch_segments(
     mesh: Mesh,
     limits: Limits,
     prove: Callable[[Graph, Graph, str, Mesh, list[Relation], Limits], Proof],
-) -> dict[str, tuple[Proof, int]]:
+) -> dict[str, tuple[Proof, tuple[int, int]]]:
     """Proofs of the distinct remaining segment pairs (paired one to one), keyed as the
-    ordered walk will key them if the entry relation stays `entry`, each with the exit of
-    the distributed segment it was proved for."""
+    ordered walk will key them if the entry relation stays `entry`, each with the exits
+    (baseline, distributed) of the pair it was proved for."""
     jobs: dict[str, tuple[Any, ...]] = {}
     for k, (base_seg, dist_seg) in enumerate(zip(base_segs, dist_segs, strict=False)):
         label = f"prefetch {k}"
@@ -70,7 +70,7 @@ def prefetch_segments(
             prove,
             [(b, d, rules_program, mesh, r, quiet) for b, d, r in jobs.values()],
         )
-    # each proof with the exit it was proved for: its facts name that segment's nodes, so
-    # it stands only for that segment (an identical one later is a memo hit instead)
-    exits = [dist_sub.outputs[0] for _, dist_sub, _ in jobs.values()]
+    # each proof with the exits of the pair it was proved for: its facts name that pair's
+    # nodes, so it stands only for that pair (an identical one later is a memo hit instead)
+    exits = [(base_sub.outputs[0], dist_sub.outputs[0]) for base_sub, dist_sub, _ in jobs.values()]
     return dict(zip(jobs, zip(proofs, exits, strict=True), strict=True))

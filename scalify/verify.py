@@ -377,7 +377,7 @@ def prove_partitioned(
     base_segs, dist_segs = segments(base, base_cuts), segments(dist, dist_cuts)
     total = Proof({}, set(), RunStats(saturated=True), partitions=0)
     memo: dict[str, list] = {}
-    prefetched: dict[str, tuple[Proof, int]] = {}
+    prefetched: dict[str, tuple[Proof, tuple[int, int]]] = {}
     entry: list = []
     i = j = 0
     while i < len(base_segs) and j < len(dist_segs):
@@ -417,7 +417,7 @@ def prove_partitioned(
                     total.relations.setdefault(dist_order[d], set()).add((lay, base_order[b]))
             else:
                 early, proved_for = prefetched.pop(key, (None, None))
-                if early is None or proved_for != dist_seg.exit:  # (another segment's nodes)
+                if early is None or proved_for != (base_seg.exit, dist_seg.exit):  # another pair
                     early = prove(base_sub, dist_sub, rules_program, mesh, relations, limits)
                 proof = early
                 _accumulate(total, proof)
