@@ -37,18 +37,8 @@ ENTRY main {
 }
 """
 
-# each device holds rows [4 r, 4 r + 4) of the table, r its coordinate on (fsdp, sp)
-LOOKUP = """HloModule dist, num_partitions=8
-ENTRY main {
-  table = f32[4,3] parameter(0), sharding={devices=[4,1,2]<=[2,2,2]T(0,2,1) last_tile_dim_replicate}
-  ids = s32[4] parameter(1), sharding={replicated}
-  offsets = s32[8] constant({OFFSETS})
-  pid = u32[] partition-id()
-  picked = s32[1] dynamic-slice(offsets, pid), dynamic_slice_sizes={1}
-  start = s32[] reshape(picked)
-  starts = s32[4] broadcast(start), dimensions={}
-INDEX
-  zero = s32[] constant(0)
+# the masked lookup into the device's 4 rows, its local index `local`, summed over GROUPS
+MASKED_LOOKUP = """  zero = s32[] constant(0)
   zeros = s32[4] broadcast(zero), dimensions={}
   low = pred[4] compare(local, zeros), direction=GE
   four = s32[] constant(4)
@@ -63,7 +53,7 @@ INDEX
   fzero = f32[] constant(0)
   fzeros = f32[4,3] broadcast(fzero), dimensions={}
   mine = f32[4,3] select(mask, rows, fzeros)
-  ROOT out = f32[4,3] all-reduce(mine), replica_groups={{0,1,4,5},{2,3,6,7}}, to_apply=add
+  ROOT out = f32[4,3] all-reduce(mine), replica_groups=GROUPS, to_apply=add
 }
 
 add {
@@ -72,6 +62,20 @@ add {
   ROOT s = f32[] add(a, b)
 }
 """
+
+# each device holds rows [4 r, 4 r + 4) of the table, r its coordinate on (fsdp, sp)
+LOOKUP = """HloModule dist, num_partitions=8
+ENTRY main {
+  table = f32[4,3] parameter(0), sharding={devices=[4,1,2]<=[2,2,2]T(0,2,1) last_tile_dim_replicate}
+  ids = s32[4] parameter(1), sharding={replicated}
+  offsets = s32[8] constant({OFFSETS})
+  pid = u32[] partition-id()
+  picked = s32[1] dynamic-slice(offsets, pid), dynamic_slice_sizes={1}
+  start = s32[] reshape(picked)
+  starts = s32[4] broadcast(start), dimensions={}
+INDEX
+"""
+
 
 WHOLE_IDS = "  local = s32[4] subtract(ids, starts)"
 # the local index computed on the device's tp block of the ids, gathered over tp after
@@ -90,7 +94,8 @@ TP_BLOCK = """  two = u32[] constant(2)
 def _verify(tmp_path, offsets: str, index: str):
     base, dist = tmp_path / "base.hlo", tmp_path / "dist.hlo"
     base.write_text(BASELINE.replace("GATHER_DIMS", GATHER_DIMS))
-    lookup = LOOKUP.replace("OFFSETS", offsets).replace("INDEX", index)
+    lookup = LOOKUP.replace("OFFSETS", offsets).replace("INDEX", index) + MASKED_LOOKUP
+    lookup = lookup.replace("GROUPS", "{{0,1,4,5},{2,3,6,7}}")
     dist.write_text(lookup.replace("GATHER_DIMS", GATHER_DIMS))
     return verify_files(str(base), str(dist), RULES, mesh=MESH)
 
@@ -129,29 +134,6 @@ INDEX
   start = s32[] reshape(picked)
   starts = s32[4] broadcast(start), dimensions={}
   local = s32[4] subtract(ids, starts)
-  zero = s32[] constant(0)
-  zeros = s32[4] broadcast(zero), dimensions={}
-  low = pred[4] compare(local, zeros), direction=GE
-  four = s32[] constant(4)
-  fours = s32[4] broadcast(four), dimensions={}
-  high = pred[4] compare(local, fours), direction=LT
-  inside = pred[4] and(low, high)
-  three = s32[] constant(3)
-  threes = s32[4] broadcast(three), dimensions={}
-  safe = s32[4] clamp(zeros, local, threes)
-  rows = f32[4,3] gather(table, safe), GATHER_DIMS
-  mask = pred[4,3] broadcast(inside), dimensions={0}
-  fzero = f32[] constant(0)
-  fzeros = f32[4,3] broadcast(fzero), dimensions={}
-  mine = f32[4,3] select(mask, rows, fzeros)
-  ROOT out = f32[4,3] all-reduce(mine), replica_groups={{0,1,2,3}}, to_apply=add
-}
-
-add {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
 """
 
 
@@ -170,7 +152,8 @@ add {
 def test_an_index_that_is_not_the_device_id_is_not_read_as_one(tmp_path, index):
     base, dist = tmp_path / "base.hlo", tmp_path / "dist.hlo"
     base.write_text(BASELINE.replace("GATHER_DIMS", GATHER_DIMS))
-    dist.write_text(ONE_AXIS.replace("INDEX", index).replace("GATHER_DIMS", GATHER_DIMS))
+    lookup = ONE_AXIS.replace("INDEX", index) + MASKED_LOOKUP.replace("GROUPS", "{{0,1,2,3}}")
+    dist.write_text(lookup.replace("GATHER_DIMS", GATHER_DIMS))
     report = verify_files(str(base), str(dist), RULES, mesh="tp=4")
     assert report.verdict != "equivalent", render_text(report)
 
