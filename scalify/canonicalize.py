@@ -292,20 +292,10 @@ def _unit_insertion(node: Node, operand: Node | None) -> tuple[int, ...] | None:
         return None
     if node.op == "broadcast":
         return tuple(node.attrs["dims"]) if _only_adds_unit_dims(node, operand) else None
-    if node.op == "reshape":
-        return _kept_dims(operand.shape, node.shape)
+    if node.op == "reshape":  # one placement only: the operand has no unit dim to pick
+        placements = unit_placements(operand.shape, node.shape)
+        return placements[0] if len(placements) == 1 else None
     return None
-
-
-def _kept_dims(source: tuple[int, ...], target: tuple[int, ...]) -> tuple[int, ...] | None:
-    """Where each source dim lands when a reshape only inserts size-1 dims into a shape
-    that has none (so the placement is unambiguous); None for any other reshape."""
-    if 1 in source or len(target) <= len(source):
-        return None
-    kept = tuple(d for d, n in enumerate(target) if n != 1)
-    if tuple(target[d] for d in kept) != source:
-        return None
-    return kept
 
 
 # A reshape inserting unit dims beside unit dims of its own is read in at most this many ways.
@@ -313,11 +303,11 @@ MAX_UNIT_PLACEMENTS = 4
 
 
 def unit_placements(source: tuple[int, ...], target: tuple[int, ...]) -> list[tuple[int, ...]]:
-    """Each way a reshape that only inserts size-1 dims places the source's dims, in order,
-    when the source has size-1 dims too (so there is more than one): the target dims the
-    source dims land on, every other target dim of size 1. None (an empty list) beyond
-    MAX_UNIT_PLACEMENTS, and for any other reshape."""
-    if 1 not in source or len(target) <= len(source):
+    """Each way a reshape that only inserts size-1 dims places the source's dims, in order:
+    the target dims the source dims land on, every other target dim of size 1. One way when
+    the source has no size-1 dim; several when it has (`[1, 8] -> [1, 1, 8]`). None (an
+    empty list) beyond MAX_UNIT_PLACEMENTS, and for any other reshape."""
+    if len(target) <= len(source):
         return []
     found: list[tuple[int, ...]] = []
 

@@ -6,6 +6,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from .canonicalize import canonicalize
 from .chunk_axes import CHUNK_AXIS, lift_chunk_axis
@@ -42,6 +43,7 @@ from .ops.structural import is_elided
 from .parallel import PREFETCH_AFTER, prefetch_segments
 from .part_layouts import infer_parts, local_part_cuts, with_output_parts, with_part_views
 from .partition import (
+    Segment,
     canonical_order,
     cut_points,
     final_output,
@@ -424,7 +426,7 @@ def prove_partitioned(
                 exit_layouts = [
                     lay for lay, b in proof.relations.get(dist_seg.exit, ()) if b == base_seg.exit
                 ]
-                placed = (dist_seg, dist_order, base_order)
+                placed = Placed(dist_seg, dist_order, base_order)
                 inner = _inner_outputs(placed, paired_outputs, proof)
                 memo[key] = (exit_layouts, inner, _read_later(dist, placed, proof))
                 if not exit_layouts:
@@ -481,7 +483,12 @@ def _merge_order(base_segs: list, dist_segs: list, i: int, j: int) -> list[tuple
     return sorted(fitting, key=lambda pair: (mismatch(pair) > 1.5, fitting.index(pair)))
 
 
-Placed = tuple  # (distributed segment, its subgraph's canonical order, the baseline's)
+class Placed(NamedTuple):
+    """A proved segment and the orders its memoised facts are placed by (structural_key)."""
+
+    dist_seg: Segment
+    dist_order: list[int]
+    base_order: list[int]
 
 
 def _read_later(dist: Graph, placed: Placed, proof: Proof) -> list[tuple[int, int, Layout]]:
