@@ -19,6 +19,7 @@ from .engine.egraph import RunStats, rules_session
 from .engine.encode import (
     GraphEncoder,
     layout_term,
+    node_ref,
     signature_facts,
     vocabulary_facts,
 )
@@ -311,13 +312,16 @@ def prove(
     commands += GraphEncoder(base, "b", mesh, signatures).commands()
     commands += GraphEncoder(dist, "d", mesh, signatures).commands()
     commands += signature_facts(signatures)
-    commands += [f"(union $d{r.dist_id} {layout_term(f'$b{r.base_id}', r.layout)})" for r in inputs]
+    commands += [
+        f"(union {node_ref('d', r.dist_id)} {layout_term(node_ref('b', r.base_id), r.layout)})"
+        for r in inputs
+    ]
     with rules_session(rules_program) as session:
         session.feed(commands)
         stats = session.saturate(limits.max_rounds, limits.node_limit)
         relations, replicated = read_proof(session)
         unproved = {
-            r.dist_id: layout_term(f"$b{r.base_id}", r.layout)
+            r.dist_id: layout_term(node_ref("b", r.base_id), r.layout)
             for r in outputs
             if all(b != r.base_id for _, b in relations.get(r.dist_id, ()))
         }

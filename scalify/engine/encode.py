@@ -1,7 +1,11 @@
 """Turn IR graphs and input relations into egglog commands.
 
-Each IR node becomes one `let`-bound term, so DAG sharing survives and the text fed to egglog
-grows linearly with the graph. Names: `$b12` is baseline node 12, `$d7` distributed node 7.
+Each IR node becomes one term unioned with its name, so DAG sharing survives and the text fed
+to egglog grows linearly with the graph. Names: `(Ref "b" 12)` is baseline node 12,
+`(Ref "d" 7)` distributed node 7. A name is a term of the prelude's `Ref` constructor, not an
+egglog `let`: a `let` declares a table, and tables declared between egglog 13.2's `(push)` and
+`(pop)` outlive the pop in shared registries, where they broke congruence in later proofs of
+the same session (a proof's result depended on the proofs run before it).
 """
 
 from __future__ import annotations
@@ -163,7 +167,7 @@ class GraphEncoder:
         self.shape_free = shape_free_nodes(graph)
 
     def name(self, node_id: int) -> str:
-        return f"${self.side}{node_id}"
+        return node_ref(self.side, node_id)
 
     def term(self, node: Node) -> str:
         if node.op == "parameter":
@@ -242,7 +246,7 @@ class GraphEncoder:
         tag = "BaseNode" if self.side == "b" else "DistNode"
         result = []
         for node in self.graph.nodes.values():
-            result.append(f"(let {self.name(node.id)} {self.term(node)})")
+            result.append(f"(union {self.name(node.id)} {self.term(node)})")
             result.append(f"({tag} {self.name(node.id)} {node.id})")
             if node.op in SIZED_OPERAND:  # what `size(X, d)` in a rule reads
                 table = self.graph.node(node.operands[0])
@@ -251,6 +255,11 @@ class GraphEncoder:
                 ]
         result += [f"(union {self.name(a)} {self.name(b)})" for a, b in self.graph.equalities]
         return result
+
+
+def node_ref(side: str, node_id: int) -> str:
+    """The e-graph's name for node `node_id` of the graph on `side` ("b" or "d")."""
+    return f'(Ref "{side}" {node_id})'
 
 
 def layout_term(base_term: str, layout: Layout) -> str:

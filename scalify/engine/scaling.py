@@ -32,7 +32,7 @@ from scalify.mesh import Mesh
 from scalify.ops import OPS
 from scalify.ops.spec import Scaling
 
-from .encode import egg_string, literal_key
+from .encode import egg_string, literal_key, node_ref
 from .signature import dtype_class
 
 if TYPE_CHECKING:
@@ -141,8 +141,8 @@ def scaled_outputs(session: EGraphSession, wanted: dict[int, str], mesh: Mesh) -
     needed it divided by n), if any. Runs on the proof's e-graph: the push from the output
     down to its literals is the only new work."""
     sizes = sorted(group_sizes(mesh))
-    probes = {(d, n): f"$scaled{d}_{n}" for d in wanted for n in sizes}
-    session.feed([f'(let {name} (Push "{n}" $d{d}))' for (d, n), name in probes.items()])
+    probes = {(d, n): f'(Push "{n}" {node_ref("d", d)})' for d in wanted for n in sizes}
+    session.feed(list(probes.values()))
     session.run_analysis()
     found: dict[int, int] = {}
     for d, term in wanted.items():
