@@ -4,45 +4,28 @@ at its line."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from conftest import REPO, assert_caught, assert_proved, exported_at, verify_json
-from conftest import bug_line as example_bug_line
 
 pytest.importorskip("jax")
 
 FD = REPO / "examples" / "flash_decoding"
 
 
-def bug_line(name: str) -> int:
-    return example_bug_line(name, FD / "model.py")
-
-
 exported = exported_at("flash_decoding", "tp")
 
 
-def verify(cli, out, name):
-    result = cli("verify", str(out / "baseline.hlo"), str(out / f"{name}.hlo"), "--format", "json")
-    return result.code, json.loads(result.out)
-
-
-def test_flash_decoding_verifies(cli, exported):
-    code, report = verify(cli, exported, "fd")
-    assert (code, report["verdict"]) == (0, "equivalent")
+def test_flash_decoding_verifies(exported):
+    fired = {"reduce_over_shard", "all_reduce_completes_partial", "reshaping_partial"}
+    report = assert_proved(exported / "baseline.hlo", exported / "fd.hlo", fired)
     assert report["outputs"][0]["proven"] == "replicate"
-    assert {"reduce_over_shard", "all_reduce_completes_partial", "reshaping_partial"} <= set(
-        report["stats"]["rules_fired"]
-    )
 
 
 @pytest.mark.parametrize("bug", ["local_max_only", "denominator_not_reduced"])
-def test_bug_is_caught_at_its_line(cli, exported, bug):
-    code, report = verify(cli, exported, f"fd_{bug}")
-    assert code == 1 and report["verdict"] == "not_equivalent"
-    first = report["suspects"][0]
-    assert (first["file"], first["line"]) == ("examples/flash_decoding/model.py", bug_line(bug))
-    assert "missing" in first["reason"]
+def test_bug_is_caught_at_its_line(exported, bug):
+    base, dist = exported / "baseline.hlo", exported / f"fd_{bug}.hlo"
+    report = assert_caught(base, dist, FD / "model.py", bug)
+    assert "missing" in report["suspects"][0]["reason"]
 
 
 def test_split_kv_combine_verifies(exported):

@@ -5,7 +5,7 @@ output is caught at its line."""
 from __future__ import annotations
 
 import pytest
-from conftest import REPO, caught_at, exported_at, verify_json
+from conftest import REPO, assert_caught, assert_proved, exported_at
 
 pytest.importorskip("jax")
 
@@ -16,14 +16,12 @@ exported = exported_at("ulysses", "sp")
 
 
 def test_ulysses_block_verifies(exported):
-    code, report = verify_json(exported / "baseline.hlo", exported / "ulysses.hlo")
-    assert (code, report["verdict"]) == (0, "equivalent")
+    report = assert_proved(exported / "baseline.hlo", exported / "ulysses.hlo")
     assert report["outputs"][0]["proven"] == "shard(0, sp)"
     assert report["stats"]["rules_fired"]["all_to_all_moves_shard"] >= 4
 
 
 def test_wrong_reshape_after_all_to_all_is_caught_at_its_line(exported):
     bug = "wrong_reshape_after_all_to_all"
-    code, report = verify_json(exported / "baseline.hlo", exported / f"ulysses_{bug}.hlo")
-    assert code == 1 and report["verdict"] == "not_equivalent"
-    assert caught_at(report, ULYSSES / "model.py", bug)
+    base, dist = exported / "baseline.hlo", exported / f"ulysses_{bug}.hlo"
+    assert_caught(base, dist, ULYSSES / "model.py", bug)
