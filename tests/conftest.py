@@ -75,13 +75,19 @@ def bug_line(name: str, model: Path = MLP / "model.py") -> int:
     raise AssertionError(f"no BUG marker {name} in {model}")
 
 
-def export_programs(tmp_path_factory, folder: str) -> Path:
-    """Run `tests/<folder>/export.py` into a fresh directory (JAX reads its device count at
-    start-up, so each export runs in its own process) and return the directory."""
-    out = tmp_path_factory.mktemp(folder)
-    script = REPO / "tests" / folder / "export.py"
-    subprocess.run([sys.executable, str(script), str(out)], check=True, capture_output=True)
-    return out
+def exported_programs(folder: str):
+    """A module fixture: `tests/FOLDER/export.py` run once into a fresh directory (JAX reads
+    its device count at start-up, so each export runs in its own process); the fixture's
+    value is that directory."""
+
+    @pytest.fixture(scope="module")
+    def programs(tmp_path_factory):
+        out = tmp_path_factory.mktemp(folder)
+        script = REPO / "tests" / folder / "export.py"
+        subprocess.run([sys.executable, str(script), str(out)], check=True, capture_output=True)
+        return out
+
+    return programs
 
 
 def export_example(script: Path, out: Path, *args: str) -> Path:

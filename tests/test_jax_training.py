@@ -5,19 +5,16 @@ transpose of `psum` is a `psum` again) doubles every gradient and is caught at t
 from __future__ import annotations
 
 import pytest
-from conftest import REPO, export_programs, run_cli, verify_json
+from conftest import REPO, assert_proved, exported_programs, run_cli, verify_json
 
 pytest.importorskip("jax")
 
 
-@pytest.fixture(scope="module")
-def programs(tmp_path_factory):
-    return export_programs(tmp_path_factory, "jax_training")
+programs = exported_programs("jax_training")
 
 
 def test_the_partitioned_training_step_is_proved(programs):
-    code, report = verify_json(programs / "annotated_baseline.hlo", programs / "partitioned.hlo")
-    assert (code, report["verdict"]) == (0, "equivalent"), report["suspects"][:1]
+    report = assert_proved(programs / "annotated_baseline.hlo", programs / "partitioned.hlo")
     assert [o["proven"] for o in report["outputs"]] == ["replicate", "shard(1, tp)", "shard(0, tp)"]
 
 
@@ -29,8 +26,7 @@ def test_gradients_whose_layout_nothing_states_are_asked_for(programs):
 
 
 def test_a_shard_map_training_step_is_proved(programs):
-    code, report = verify_json(programs / "baseline.hlo", programs / "shard_map.hlo")
-    assert (code, report["verdict"]) == (0, "equivalent"), report["suspects"][:1]
+    assert_proved(programs / "baseline.hlo", programs / "shard_map.hlo")
 
 
 def test_the_doubled_gradients_of_an_unchecked_psum_are_caught(programs):
