@@ -38,7 +38,8 @@ import numpy as np
 from .int_ranges import is_int_dtype
 from .ir import Graph, NewNodes, Node, replace_nodes
 from .partition import computed_from_literals
-from .simulate.kernels import NotSimulable, apply
+from .simulate.kernels import apply
+from .values import NotSimulable
 
 _INT = re.compile(r"-?\d+")
 

@@ -27,8 +27,9 @@ from .layout import Layout, Placement, canonical, layout_str, local_shape
 from .mesh import Mesh
 from .ops import spec_of
 from .relations import Relation
-from .simulate.kernels import NotSimulable, apply, host
+from .simulate.kernels import apply
 from .simulate.spmd import compare_output, distribute, random_input, run_baseline, run_spmd
+from .values import NotSimulable, host
 
 MESHES = (
     (("tp", 2),),

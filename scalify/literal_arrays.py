@@ -31,7 +31,8 @@ from .int_ranges import is_int_dtype
 from .ir import Graph, Node
 from .ops import COLLECTIVES
 from .partition import computed_from_literals
-from .simulate.kernels import NotSimulable, apply
+from .simulate.kernels import apply
+from .values import NotSimulable
 
 # Larger literal values are left as computed: evaluating them costs what the proof saves.
 MAX_ELEMENTS = 1 << 16

@@ -22,7 +22,6 @@ from .mesh import Mesh
 from .relations import Relation
 from .report.model import SHOWS_AT
 from .simulate import NotSimulable
-from .simulate.kernels import host
 from .simulate.spmd import (
     compare_output,
     distribute,
@@ -31,6 +30,7 @@ from .simulate.spmd import (
     run_spmd,
     simulable,
 )
+from .values import host
 
 # How many suspects are read: each costs a pass over the baseline's values.
 READ_SUSPECTS = 4

@@ -29,7 +29,7 @@ from .engine.frontier import (
     partial_origin,
     with_off_axis_collectives,
 )
-from .engine.scaling import scaled_outputs, scaling_facts
+from .engine.scaling import scaled_outputs, scaling_facts, scaling_rules
 from .errors import ScalifyError
 from .fill_outputs import fill_fits
 from .frontends import load_graph
@@ -316,7 +316,7 @@ def prove(
         f"(union {node_ref('d', r.dist_id)} {layout_term(node_ref('b', r.base_id), r.layout)})"
         for r in inputs
     ]
-    with rules_session(rules_program) as session:
+    with rules_session(scaling_rules(), rules_program) as session:
         session.feed(commands)
         stats = session.saturate(limits.max_rounds, limits.node_limit)
         relations, replicated = read_proof(session)

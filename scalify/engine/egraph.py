@@ -16,8 +16,6 @@ import egglog.bindings as egglog
 
 from scalify.errors import ScalifyError
 
-from .scaling import scaling_rules
-
 CHUNK = 400
 # Rounds run between two checks of the size limit; a check reads every table's size.
 REPORT_PASSES = 12
@@ -34,12 +32,13 @@ class RunStats:
 
 
 class EGraphSession:
-    """One egglog e-graph with Scalify's prelude loaded."""
+    """One egglog e-graph with Scalify's prelude loaded, then `programs`."""
 
-    def __init__(self) -> None:
+    def __init__(self, *programs: str) -> None:
         self.egraph = egglog.EGraph()
         self.feed([resources.files("scalify.engine").joinpath("prelude.egg").read_text()])
-        self.feed([scaling_rules()])
+        for program in programs:
+            self.feed([program])
 
     def feed(self, commands: list[str]) -> None:
         """Run `commands` (egglog text) in chunks."""
@@ -111,19 +110,19 @@ class EGraphSession:
         return self.egraph.value_to_string(value)
 
 
-_LOADED: dict[str, tuple[str, EGraphSession]] = {}
+_LOADED: dict[str, tuple[tuple[str, ...], EGraphSession]] = {}
 
 
 @contextmanager
-def rules_session(rules_program: str) -> Iterator[EGraphSession]:
-    """An e-graph holding the prelude and `rules_program`, loaded once per process and
-    program. Each use runs between `(push)` and `(pop)`, so it starts from the rules alone:
-    loading and compiling the rules, most of a small proof's time, is paid once."""
+def rules_session(*programs: str) -> Iterator[EGraphSession]:
+    """An e-graph holding the prelude and `programs` (the rules), loaded once per process and
+    programs. Each use runs between `(push)` and `(pop)`, so it starts from the rules alone:
+    loading and compiling the rules, most of a small proof's time, is paid once. A use may
+    add rows to the prelude's tables but must declare none (no `let`): egglog 13.2 keeps
+    tables declared after a `(push)` in registries the `(pop)` does not restore."""
     loaded = _LOADED.get("rules")
-    if loaded is None or loaded[0] != rules_program:
-        session = EGraphSession()
-        session.feed([rules_program])
-        loaded = _LOADED["rules"] = (rules_program, session)
+    if loaded is None or loaded[0] != programs:
+        loaded = _LOADED["rules"] = (programs, EGraphSession(*programs))
     session = loaded[1]
     session.feed(["(push)"])
     try:

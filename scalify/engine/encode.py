@@ -17,8 +17,9 @@ from scalify.ir import Graph, Node, is_scalar_fill
 from scalify.layout import Layout
 from scalify.mesh import Mesh
 from scalify.ops import ELEMENTWISE, NOT_PURE, SIZED_OPERAND
+from scalify.ops.spec import Signature
 
-from .signature import Signature, node_signature
+from .signature import node_signature
 
 # where unit_broadcasts.py leaves, in graph.derived, each twin it adds and the broadcast form
 # that twin reads

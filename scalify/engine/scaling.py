@@ -31,9 +31,9 @@ from scalify.ir import Graph
 from scalify.mesh import Mesh
 from scalify.ops import OPS
 from scalify.ops.spec import Scaling
+from scalify.values import dtype_class
 
 from .encode import egg_string, literal_key, node_ref
-from .signature import dtype_class
 
 if TYPE_CHECKING:
     from .egraph import EGraphSession

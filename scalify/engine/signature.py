@@ -9,30 +9,11 @@ declared with the op (`scalify/ops/`); this module assembles them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from scalify.ir import Graph, Node
 from scalify.mesh import Mesh
-
-
-@dataclass
-class Signature:
-    """Everything the e-graph needs to know about an op apart from its operands."""
-
-    key: str
-    out_dims: dict[tuple[int, int], int] = field(default_factory=dict)
-    in_dims: dict[tuple[int, int], int] = field(default_factory=dict)
-    attrs_s: dict[str, str] = field(default_factory=dict)
-    attrs_i: dict[str, int] = field(default_factory=dict)
-
-
-def dtype_class(dtype: str) -> str:
-    """float, int or pred: what identities over the reals may assume about a dtype."""
-    if dtype == "pred":
-        return "pred"
-    if dtype.startswith(("f", "bf", "c")):
-        return "float"
-    return "int"
+from scalify.ops import KeyInput, spec_of
+from scalify.ops.spec import Signature, attrs_key
+from scalify.values import dtype_class
 
 
 def node_signature(
@@ -41,9 +22,6 @@ def node_signature(
     """The signature of `node`. `shape_free_broadcast`: every user of this broadcast is
     elementwise, so the user's other operand fixes the new dims' sizes and the key may omit
     them (they differ between a sharded and a baseline graph)."""
-    from scalify.ops import KeyInput, spec_of
-    from scalify.ops.spec import attrs_key
-
     operands = [graph.node(i) for i in node.operands]
     ranks = [len(o.shape) for o in operands]
     sig = Signature("")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 from scalify.mesh import Mesh
-from scalify.simulate.kernels import NotSimulable
+from scalify.values import NotSimulable
 
 from .spec import KeyInput, OpSpec, ints, same_shape_maps
 

@@ -7,9 +7,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from scalify.engine.signature import dtype_class
 from scalify.layout import Layout, Placement, local_shape
-from scalify.simulate.kernels import NotSimulable, dtype_kind, host
+from scalify.values import NotSimulable, dtype_class, host
 
 from .indexing import asks_for_masked_lookup, device_slice, masked_lookup
 from .spec import EACH, TOGETHER, KeyInput, OpSpec, Scaling, ints, no_key, same_shape_maps
@@ -63,7 +62,7 @@ def _convert_kernel(node, args):
     """Floats round through the target type, so lost precision shows; float to int
     truncates."""
     x = args[0]
-    kind = dtype_kind(node.dtype)
+    kind = dtype_class(node.dtype)
     if kind == "float":
         return host(_round_to(x.astype(np.float64), node.dtype), node.dtype)
     if kind == "int" and x.dtype.kind == "f":

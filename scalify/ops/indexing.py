@@ -7,9 +7,9 @@ import numpy as np
 
 from scalify.ir import Node
 from scalify.layout import Placement, local_shape
-from scalify.simulate import indexing
-from scalify.simulate.kernels import NotSimulable, host
+from scalify.values import NotSimulable, host
 
+from . import gather_scatter as indexing
 from .spec import (
     TOGETHER,
     KeyInput,

@@ -7,7 +7,7 @@ import zlib
 
 import numpy as np
 
-from scalify.simulate.kernels import REDUCERS, NotSimulable, host
+from scalify.values import REDUCERS, NotSimulable, host
 
 from .spec import (
     EACH,
