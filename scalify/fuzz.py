@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -26,6 +25,7 @@ from .ir import Graph, Node
 from .layout import Layout, Placement, canonical, layout_str, local_shape
 from .mesh import Mesh
 from .ops import spec_of
+from .ops.spec import PerSide
 from .relations import Relation
 from .simulate.kernels import apply
 from .simulate.spmd import compare_output, distribute, random_input, run_baseline, run_spmd
@@ -192,7 +192,7 @@ class _Builder:
         operands: tuple[int, ...],
         dtype: str,
         attrs: dict,
-        per_side: Callable[[dict[int, Node]], tuple[dict, tuple | None]] | None = None,
+        per_side: PerSide | None = None,
     ) -> int:
         """Add `op` to both graphs. `per_side(nodes)` gives attributes and the output shape
         for ops whose attributes depend on a side's sizes (broadcast, merge, split, slice)."""

@@ -32,6 +32,10 @@ class Signature:
     attrs_i: dict[str, int] = field(default_factory=dict)
 
 
+# per_side(one side's nodes) -> that side's extra attributes and output shape
+PerSide = Callable[[dict[int, "Node"]], tuple[dict, "tuple | None"]]
+
+
 class InstanceBuilder(Protocol):
     """What an op's fuzz generator builds its random instance with (`scalify/fuzz.py` holds
     the builder): both programs node by node, the distributed side with local shapes."""
@@ -62,7 +66,7 @@ class InstanceBuilder(Protocol):
         operands: tuple[int, ...],
         dtype: str,
         attrs: dict,
-        per_side: Callable[[dict[int, Node]], tuple[dict, tuple | None]] | None = None,
+        per_side: PerSide | None = None,
     ) -> int: ...
     def fill(self, shape: tuple[int, ...], dist_shape: tuple[int, ...], dtype: str) -> int: ...
 
