@@ -13,7 +13,7 @@ report can be checked against the line that computes the wrong operation.
 from __future__ import annotations
 
 from functools import partial
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import jax
 import jax.numpy as jnp
@@ -23,7 +23,7 @@ from jax.sharding import PartitionSpec as P
 
 Params = dict[str, Any]
 Part = Literal["full", "layers", "sp_layers", "train_layers", "train_step"]
-PARTS: tuple[Part, ...] = ("full", "layers", "sp_layers", "train_layers", "train_step")
+PARTS: tuple[Part, ...] = get_args(Part)
 Bug = Literal[
     "heads_reshape_wrong_factor",
     "wrong_transpose",
@@ -36,30 +36,28 @@ Bug = Literal[
     "fused_gate_up_one_block",
     "qk_norm_local_heads",
 ]
-BUGS: tuple[Bug, ...] = (
-    "heads_reshape_wrong_factor",
-    "wrong_transpose",
-    "bias_before_allreduce",
-    "vocab_ce_on_gathered_logits",
-    "missing_mlp_allreduce",
-    "kv_heads_wrong_split",
-    "sp_slice_not_scatter",
-    "fused_qkv_one_block",
-    "fused_gate_up_one_block",
-    "qk_norm_local_heads",
-)
+BUGS: tuple[Bug, ...] = get_args(Bug)  # the names once: the Literal's, in order
 FUSED_BUGS = frozenset({"fused_qkv_one_block", "fused_gate_up_one_block"})
+
+
+def attention_shapes(cfg: LlamaConfig) -> Params:
+    """Global shapes of one layer's attention weights, as `attention` reads them (Mixtral's
+    layers take them too: its attention is this one)."""
+    d, hd = cfg.hidden, cfg.head_dim
+    return {
+        "attn_norm": (d,),
+        "wq": (d, cfg.heads * hd),
+        "wk": (d, cfg.kv_heads * hd),
+        "wv": (d, cfg.kv_heads * hd),
+        "wo": (cfg.heads * hd, d),
+    }
 
 
 def param_shapes(cfg: LlamaConfig) -> Params:
     """Global shape of every weight, as the params pytree both paths take."""
     d, hd = cfg.hidden, cfg.head_dim
     layer = {
-        "attn_norm": (d,),
-        "wq": (d, cfg.heads * hd),
-        "wk": (d, cfg.kv_heads * hd),
-        "wv": (d, cfg.kv_heads * hd),
-        "wo": (cfg.heads * hd, d),
+        **attention_shapes(cfg),
         "mlp_norm": (d,),
         "w_gate": (d, cfg.ffn),
         "w_up": (d, cfg.ffn),

@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import jax
 import jax.numpy as jnp
@@ -40,31 +40,21 @@ def _load_llama() -> Any:
 llama = _load_llama()
 
 Params = dict[str, Any]
+SharedExpertBug = Literal["shared_expert_not_reduced", "shared_expert_reduced_over_ep"]
 Bug = Literal[
     "expert_reduce_over_tp_only",
     "global_expert_ids_as_local",
     "renormalised_over_local_experts",
-    "shared_expert_not_reduced",
-    "shared_expert_reduced_over_ep",
+    SharedExpertBug,  # a nested Literal's names count as this one's, in place
 ]
-BUGS: tuple[Bug, ...] = (
-    "expert_reduce_over_tp_only",
-    "global_expert_ids_as_local",
-    "renormalised_over_local_experts",
-    "shared_expert_not_reduced",
-    "shared_expert_reduced_over_ep",
-)
-SHARED_EXPERT_BUGS = frozenset({"shared_expert_not_reduced", "shared_expert_reduced_over_ep"})
+BUGS: tuple[Bug, ...] = get_args(Bug)  # the names once: the Literal's, in order
+SHARED_EXPERT_BUGS = frozenset(get_args(SharedExpertBug))
 
 
 def param_shapes(cfg: MixtralConfig) -> Params:
-    d, hd, e, f = cfg.hidden, cfg.head_dim, cfg.experts, cfg.ffn
+    d, e, f = cfg.hidden, cfg.experts, cfg.ffn
     layer = {
-        "attn_norm": (d,),
-        "wq": (d, cfg.heads * hd),
-        "wk": (d, cfg.kv_heads * hd),
-        "wv": (d, cfg.kv_heads * hd),
-        "wo": (cfg.heads * hd, d),
+        **llama.attention_shapes(cfg),
         "moe_norm": (d,),
         "router": (d, e),
         "w1": (e, d, f),  # gate
