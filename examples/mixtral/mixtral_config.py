@@ -30,30 +30,16 @@ class MixtralConfig:
     heads_view: str = "none"
 
 
+# What the published configs share: 8 experts, top-2 routing, 8 kv heads of 128 dims.
+PUBLISHED_FAMILY = dict(kv_heads=8, head_dim=128, experts=8, top_k=2)
 CONFIGS: dict[str, MixtralConfig] = {
     "tiny": MixtralConfig(
         layers=2, hidden=64, heads=8, kv_heads=4, head_dim=8, ffn=64, experts=4, top_k=2, vocab=256
     ),
     "8x7b": MixtralConfig(
-        layers=32,
-        hidden=4096,
-        heads=32,
-        kv_heads=8,
-        head_dim=128,
-        ffn=14336,
-        experts=8,
-        top_k=2,
-        vocab=32000,
+        layers=32, hidden=4096, heads=32, ffn=14336, vocab=32000, **PUBLISHED_FAMILY
     ),
     "8x22b": MixtralConfig(
-        layers=56,
-        hidden=6144,
-        heads=48,
-        kv_heads=8,
-        head_dim=128,
-        ffn=16384,
-        experts=8,
-        top_k=2,
-        vocab=32768,
+        layers=56, hidden=6144, heads=48, ffn=16384, vocab=32768, **PUBLISHED_FAMILY
     ),
 }
