@@ -4,9 +4,10 @@ the run: the correct version verifies at tp = 2 and 4, and every bug is caught a
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
-from conftest import REPO, export_example
+from conftest import REPO, assert_caught, export_example
 from conftest import bug_line as example_bug_line
 
 pytest.importorskip("jax")
@@ -37,6 +38,12 @@ def verify(cli, out, name):
     return result.code, json.loads(result.out)
 
 
+def assert_caught_in(out: Path, name: str, bug: str) -> dict:
+    """`out/name.hlo` is not equivalent to `out/baseline.hlo` and the first suspect is the
+    line of examples/llama/model.py tagged with `bug`."""
+    return assert_caught(out / "baseline.hlo", out / f"{name}.hlo", LLAMA / "model.py", bug)
+
+
 def test_decoder_stack_verifies(cli, exported):
     _, out = exported
     code, report = verify(cli, out, "tp")
@@ -53,16 +60,11 @@ def test_decoder_stack_verifies(cli, exported):
         "wrong_transpose",
     ],
 )
-def test_bug_is_caught_at_its_line(cli, exported, bug):
+def test_bug_is_caught_at_its_line(exported, bug):
     tp, out = exported
     if not (out / f"tp_{bug}.hlo").exists():
         pytest.skip(f"{bug} changes nothing at tp={tp} (one q head per device)")
-    code, report = verify(cli, out, f"tp_{bug}")
-    assert code == 1
-    assert report["verdict"] == "not_equivalent"
-    first = report["suspects"][0]
-    assert (first["file"], first["line"]) == ("examples/llama/model.py", bug_line(bug))
-    assert report["counterexample"]
+    assert assert_caught_in(out, f"tp_{bug}", bug)["counterexample"]
 
 
 def test_identical_layers_share_a_proof_and_a_bad_layer_is_found(cli, tmp_path):
@@ -107,11 +109,8 @@ def test_sequence_parallel_decoder_stack_verifies(cli, sequence_parallel):
 
 
 @pytest.mark.parametrize("bug", ["sp_slice_not_scatter", "heads_reshape_wrong_factor"])
-def test_sequence_parallel_bug_is_caught_at_its_line(cli, sequence_parallel, bug):
-    code, report = verify(cli, sequence_parallel, f"tp_{bug}")
-    assert code == 1 and report["verdict"] == "not_equivalent"
-    first = report["suspects"][0]
-    assert (first["file"], first["line"]) == ("examples/llama/model.py", bug_line(bug))
+def test_sequence_parallel_bug_is_caught_at_its_line(sequence_parallel, bug):
+    assert_caught_in(sequence_parallel, f"tp_{bug}", bug)
 
 
 @pytest.fixture(scope="module", params=[2, 4, 8], ids=lambda tp: f"full_tp{tp}")
@@ -135,14 +134,11 @@ def test_full_model_verifies(cli, full_model):
 @pytest.mark.parametrize(
     "bug", ["bias_before_allreduce", "missing_mlp_allreduce", "heads_reshape_wrong_factor"]
 )
-def test_full_model_bug_is_caught_at_its_line(cli, full_model, bug):
+def test_full_model_bug_is_caught_at_its_line(full_model, bug):
     tp, out = full_model
     if not (out / f"tp_{bug}.hlo").exists():
         pytest.skip(f"{bug} changes nothing at tp={tp}")
-    code, report = verify(cli, out, f"tp_{bug}")
-    assert (code, report["verdict"]) == (1, "not_equivalent")
-    first = report["suspects"][0]
-    assert (first["file"], first["line"]) == ("examples/llama/model.py", bug_line(bug))
+    assert_caught_in(out, f"tp_{bug}", bug)
 
 
 def test_cross_entropy_on_gathered_logits_names_the_gather(cli, full_model):
@@ -204,13 +200,7 @@ def test_qk_norm_over_all_heads(cli, tmp_path, tp):
     out = export_tiny(tmp_path, tp, "full", "--qk-norm", "--bugs", "qk_norm_local_heads")
     code, report = verify(cli, out, "tp")
     assert (code, report["verdict"]) == (0, "equivalent"), report["suspects"]
-    code, report = verify(cli, out, "tp_qk_norm_local_heads")
-    assert (code, report["verdict"]) == (1, "not_equivalent")
-    first = report["suspects"][0]
-    assert (first["file"], first["line"]) == (
-        "examples/llama/model.py",
-        bug_line("qk_norm_local_heads"),
-    )
+    assert_caught_in(out, "tp_qk_norm_local_heads", "qk_norm_local_heads")
 
 
 @pytest.mark.parametrize("tp", [2, 8])
