@@ -7,16 +7,13 @@ on one device. Run in its own process (XLA's flags are read at start-up):
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
-OUT = Path(sys.argv[1])
-DUMP = OUT / "dump"
-os.environ["XLA_FLAGS"] = (
-    f"--xla_force_host_platform_device_count=4 --xla_dump_to={DUMP} "
-    "--xla_dump_hlo_pass_re=spmd-partitioning"
-)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from partitioner_dump import partitioner_dump  # noqa: E402
+
+OUT, DUMP = partitioner_dump(devices=4)
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
