@@ -25,6 +25,16 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
+def run_export(example: str, out: Path, *options: str) -> Path:
+    """Run examples/EXAMPLE/export.py into `out` with `options`, in its own process (JAX fixes
+    its device count at start-up); return `out`."""
+    script = REPO / "examples" / example / "export.py"
+    subprocess.run(
+        [sys.executable, str(script), "--out", str(out), *options], check=True, capture_output=True
+    )
+    return out
+
+
 def export_llama(
     out: Path,
     config: str,
@@ -34,92 +44,31 @@ def export_llama(
     parts: str = "layers",
     dp: int = 1,
 ) -> Path:
-    args = [
-        sys.executable,
-        str(REPO / "examples/llama/export.py"),
-        "--out",
-        str(out),
-        "--config",
-        config,
-        "--tp",
-        str(tp),
-        "--parts",
-        parts,
-        "--bugs",
-        "none",
-        "--seq",
-        str(seq),
-    ]
+    args = ["--config", config, "--tp", str(tp), "--parts", parts, "--bugs", "none"]
+    args += ["--seq", str(seq)]
     if layers:
         args += ["--layers", str(layers)]
     if dp > 1:  # two sequences per device: a batch dim of one each is not proved yet
         args += ["--dp", str(dp), "--batch", str(2 * dp)]
-    subprocess.run(args, check=True, capture_output=True)
-    return out
+    return run_export("llama", out, *args)
 
 
 def export_mixtral(out: Path, config: str, ep: int, tp: int) -> Path:
-    subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "examples/mixtral/export.py"),
-            "--out",
-            str(out),
-            "--config",
-            config,
-            "--ep",
-            str(ep),
-            "--tp",
-            str(tp),
-            "--bugs",
-            "none",
-        ],
-        check=True,
-        capture_output=True,
+    return run_export(
+        "mixtral", out, "--config", config, "--ep", str(ep), "--tp", str(tp), "--bugs", "none"
     )
-    return out
 
 
 def export_mlp(out: Path, tp: int, hidden: int, ffn: int) -> Path:
-    subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "examples/mlp/export.py"),
-            "--out",
-            str(out),
-            "--dp",
-            "1",
-            "--tp",
-            str(tp),
-            "--hidden",
-            str(hidden),
-            "--ffn",
-            str(ffn),
-        ],
-        check=True,
-        capture_output=True,
+    return run_export(
+        "mlp", out, "--dp", "1", "--tp", str(tp), "--hidden", str(hidden), "--ffn", str(ffn)
     )
-    return out
 
 
 def export_flash(out: Path, chunks: int, seq: int) -> Path:
-    subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "examples/flash_decoding/export.py"),
-            "--out",
-            str(out),
-            "--tp",
-            "2",
-            "--seq",
-            str(seq),
-            "--chunks",
-            str(chunks),
-        ],
-        check=True,
-        capture_output=True,
+    return run_export(
+        "flash_decoding", out, "--tp", "2", "--seq", str(seq), "--chunks", str(chunks)
     )
-    return out
 
 
 def _verify_child(folder: str, distributed: str, baseline: str, queue) -> None:
