@@ -16,8 +16,11 @@ exported = exported_at("flash_decoding", "tp")
 
 
 def test_flash_decoding_verifies(exported):
-    fired = {"reduce_over_shard", "all_reduce_completes_partial", "reshaping_partial"}
-    report = assert_proved(exported / "baseline.hlo", exported / "fd.hlo", fired)
+    report = assert_proved(
+        exported / "baseline.hlo",
+        exported / "fd.hlo",
+        {"reduce_over_shard", "all_reduce_completes_partial", "reshaping_partial"},
+    )
     assert report["outputs"][0]["proven"] == "replicate"
 
 

@@ -20,12 +20,7 @@ from hlo_export import export_cli, shard_map_variants, write_hlo  # noqa: E402
 
 
 def export_all(
-    out_dir: Path,
-    dp: int,
-    tp: int,
-    batch: int = 8,
-    hidden: int = 64,
-    ffn: int = 256,
+    out_dir: Path, dp: int, tp: int, batch: int = 8, hidden: int = 64, ffn: int = 256
 ) -> dict[str, Path]:
     """Write baseline.hlo, tp.hlo and tp_<bug>.hlo to out_dir; return {name: path}.
 
