@@ -10,21 +10,7 @@ from scalify.grammar import grammar_path
 
 from scalify.errors import ScalifyError, line_of
 
-from .ast import (
-    App,
-    Comparison,
-    CustomCallDecl,
-    Equation,
-    Family,
-    IntLit,
-    Membership,
-    Relation,
-    Rule,
-    RuleFile,
-    Span,
-    StrLit,
-    Var,
-)
+from . import ast
 
 
 @cache
@@ -55,26 +41,26 @@ class _ToAst(Transformer):
         self.path = path
         self.lines = text.splitlines()
 
-    def _span(self, meta_or_token) -> Span:
-        return Span(self.path, meta_or_token.line, meta_or_token.column)
+    def _span(self, meta_or_token) -> ast.Span:
+        return ast.Span(self.path, meta_or_token.line, meta_or_token.column)
 
-    def var(self, children: list[Token]) -> Var:
-        return Var(str(children[0]), self._span(children[0]))
+    def var(self, children: list[Token]) -> ast.Var:
+        return ast.Var(str(children[0]), self._span(children[0]))
 
-    def int(self, children: list[Token]) -> IntLit:
-        return IntLit(int(children[0]), self._span(children[0]))
+    def int(self, children: list[Token]) -> ast.IntLit:
+        return ast.IntLit(int(children[0]), self._span(children[0]))
 
-    def string(self, children: list[Token]) -> StrLit:
-        return StrLit(str(children[0])[1:-1], self._span(children[0]))
+    def string(self, children: list[Token]) -> ast.StrLit:
+        return ast.StrLit(str(children[0])[1:-1], self._span(children[0]))
 
     @v_args(meta=True)
-    def app(self, meta, children) -> App:
+    def app(self, meta, children) -> ast.App:
         name, *rest = children
         attrs: tuple = ()
         if rest and isinstance(rest[0], tuple) and rest[0][:1] == ("attrs",):
             attrs = rest[0][1]
             rest = rest[1:]
-        return App(str(name), attrs, tuple(rest), self._span(name))
+        return ast.App(str(name), attrs, tuple(rest), self._span(name))
 
     def attrs(self, children) -> tuple:
         return ("attrs", tuple(children))
@@ -83,20 +69,20 @@ class _ToAst(Transformer):
         return (str(children[0]), children[1])
 
     @v_args(meta=True)
-    def relation(self, meta, children) -> Relation:
-        return Relation(children[0], children[1], children[2], self._span(meta))
+    def relation(self, meta, children) -> ast.Relation:
+        return ast.Relation(children[0], children[1], children[2], self._span(meta))
 
     @v_args(meta=True)
-    def membership(self, meta, children) -> Membership:
-        return Membership(str(children[0]), str(children[1]), self._span(meta))
+    def membership(self, meta, children) -> ast.Membership:
+        return ast.Membership(str(children[0]), str(children[1]), self._span(meta))
 
     @v_args(meta=True)
-    def comparison(self, meta, children) -> Comparison:
-        return Comparison(children[0], str(children[1]), children[2], self._span(meta))
+    def comparison(self, meta, children) -> ast.Comparison:
+        return ast.Comparison(children[0], str(children[1]), children[2], self._span(meta))
 
     @v_args(meta=True)
-    def equation(self, meta, children) -> Equation:
-        return Equation(children[0], children[1], self._span(meta))
+    def equation(self, meta, children) -> ast.Equation:
+        return ast.Equation(children[0], children[1], self._span(meta))
 
     def match(self, children):
         return ("match", children[0])
@@ -108,15 +94,15 @@ class _ToAst(Transformer):
         return ("rewrite", children[0])
 
     @v_args(meta=True)
-    def family(self, meta, children) -> Family:
+    def family(self, meta, children) -> ast.Family:
         name, *members = children
-        return Family(str(name), tuple(str(m) for m in members), self._span(meta))
+        return ast.Family(str(name), tuple(str(m) for m in members), self._span(meta))
 
     @v_args(meta=True)
-    def rule(self, meta, children) -> Rule:
+    def rule(self, meta, children) -> ast.Rule:
         name = children[0]
         parts = dict(children[1:])
-        return Rule(
+        return ast.Rule(
             name=str(name),
             doc=_doc_comment(self.lines, meta.line),
             match=parts["match"],
@@ -126,9 +112,9 @@ class _ToAst(Transformer):
         )
 
     @v_args(meta=True)
-    def custom_call(self, meta, children) -> CustomCallDecl:
+    def custom_call(self, meta, children) -> ast.CustomCallDecl:
         target, meaning = children
-        return CustomCallDecl(str(target)[1:-1], meaning, self._span(meta))
+        return ast.CustomCallDecl(str(target)[1:-1], meaning, self._span(meta))
 
     def start(self, children):
         return children
@@ -157,14 +143,14 @@ def _syntax_error(path: str, text: str, err: UnexpectedInput) -> ScalifyError:
     return ScalifyError(message, path, err.line, err.column, line_of(text, err.line))
 
 
-def parse_rule_text(text: str, path: str) -> RuleFile:
+def parse_rule_text(text: str, path: str) -> ast.RuleFile:
     """Parse one `.srl` file's text. Raises ScalifyError on a syntax error."""
     try:
         tree = _parser().parse(text)
     except UnexpectedInput as err:
         raise _syntax_error(path, text, err) from None
     items = _ToAst(path, text).transform(tree)
-    families = tuple(i for i in items if isinstance(i, Family))
-    rules = tuple(i for i in items if isinstance(i, Rule))
-    custom_calls = tuple(i for i in items if isinstance(i, CustomCallDecl))
-    return RuleFile(path, text, families, rules, custom_calls)
+    families = tuple(i for i in items if isinstance(i, ast.Family))
+    rules = tuple(i for i in items if isinstance(i, ast.Rule))
+    custom_calls = tuple(i for i in items if isinstance(i, ast.CustomCallDecl))
+    return ast.RuleFile(path, text, families, rules, custom_calls)
