@@ -58,6 +58,16 @@ def assert_caught(baseline: Path, distributed: Path, model: Path, bug: str) -> d
     return report
 
 
+def caught_suspect(result: CliResult) -> tuple[str, str, int, str]:
+    """A `verify --format json` run that found its pair not equivalent (exit 1): the op, file,
+    line and function of its first suspect, for the caller to compare with the bug's."""
+    assert result.code == 1, result.out + result.err
+    report = json.loads(result.out)
+    assert report["verdict"] == "not_equivalent"
+    first = report["suspects"][0]
+    return first["op"], first["file"], first["line"], first["function"]
+
+
 def caught_at(report: dict, model: Path, bug: str) -> bool:
     """The first suspect is at the line of `model` tagged `# BUG: bug`."""
     first = report["suspects"][0]

@@ -13,7 +13,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from conftest import REPO, bug_line
+from conftest import REPO, bug_line, caught_suspect
 
 from scalify.capture.xla import DRIVER
 
@@ -100,16 +100,7 @@ def test_good_program_is_equivalent(captured, cli):
 )
 def test_bug_is_reported_at_its_line(captured, cli, bug, op):
     result = verify(cli, captured[bug], "--format", "json")
-    assert result.code == 1, result.out + result.err
-    report = json.loads(result.out)
-    assert report["verdict"] == "not_equivalent"
-    first = report["suspects"][0]
-    assert (first["op"], first["file"], first["line"], first["function"]) == (
-        op,
-        SHOWN,
-        bug_line(bug, MODEL),
-        "tp_mlp",
-    )
+    assert caught_suspect(result) == (op, SHOWN, bug_line(bug, MODEL), "tp_mlp")
 
 
 def test_driver_imports_only_torch_torch_xla_and_the_standard_library():
