@@ -10,7 +10,13 @@ import numpy as np
 from scalify.layout import Layout, Placement, local_shape
 from scalify.values import NotSimulable, dtype_class, host
 
-from .indexing import asks_for_masked_lookup, device_slice, masked_lookup
+from .indexing import (
+    asks_for_masked_lookup,
+    asks_for_one_device,
+    device_slice,
+    masked_lookup,
+    one_device_select,
+)
 from .spec import EACH, TOGETHER, KeyInput, OpSpec, Scaling, ints, no_key, same_shape_maps
 
 
@@ -207,6 +213,8 @@ def _rem_instance(b) -> int:
 def _select_instance(b) -> int:
     if asks_for_masked_lookup(b):
         return masked_lookup(b)
+    if asks_for_one_device(b):
+        return one_device_select(b)
     return instance(b, "select", 3, condition=True)
 
 

@@ -142,6 +142,36 @@ def masked_lookup(b) -> int:
     return out
 
 
+def asks_for_one_device(b) -> bool:
+    """A select whose condition is a compare and whose other branch a fill: a value kept on
+    the device whose coordinate is a given one and zero on every other."""
+    return b.hints[:1] == ["op:compare"] and b.hints[2:3] == ["splat"]
+
+
+def one_device_select(b) -> int:
+    """select(coord(a) == k, x, z) over a value x of the baseline: x counted on device k
+    alone, a partial sum of x over the axis when z is 0, x is the same on every device and
+    k names a device of the axis. The coordinate, k, z and x's layout are each right most of
+    the time and wrong otherwise."""
+    axis = b.axis
+    n = b.mesh.axis_size(axis)
+    rank = 0 if b.rng.random() < 0.5 else int(b.rng.integers(1, 3))  # the pattern: a scalar
+    shape = tuple(b.size() for _ in range(rank))
+    x = b.input(shape, "f32", () if b.rng.random() < 0.75 else b.layout(len(shape)))
+    local = b.dist[x].shape
+    coord = _device_coordinate(b, b.mesh_stride(axis), n)
+    k = int(b.rng.integers(n)) if b.rng.random() < 0.75 else (n, -1)[int(b.rng.integers(2))]
+    k = b.dist_only("constant", (), (), "s32", {"value": str(k)})
+    mine = b.dist_only("compare", (coord, k), (), "pred", {"direction": "EQ"})
+    zeros = b.dist_only("constant", (), (), "f32", {"value": str(int(b.rng.random() < 0.2))})
+    if local:
+        mine = b.dist_only("broadcast", (mine,), local, "pred", {"dims": ()})
+        zeros = b.dist_only("broadcast", (zeros,), local, "f32", {"dims": ()})
+    b.lines.append(f"baseline: n{x}")
+    b.base_output = x
+    return b.dist_only("select", (mine, x, zeros), local, "f32", {})
+
+
 def _device_coordinate(b, stride: int, n: int) -> int:
     """(partition id / s) % n as s32, with s and n right most of the time."""
     pid = b.dist_only("rank_index", (), (), "u32", {"kind": "partition"})
