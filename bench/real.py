@@ -29,7 +29,7 @@ sys.path.insert(0, str(REPO / "tests" / "real"))
 
 
 def torchtitan_rows() -> list[tuple[str, float, float, str]]:
-    from titan_llama import build, tokens
+    from titan_models import build, tokens
 
     from scalify.api import check_equivalent
 

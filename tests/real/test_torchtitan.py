@@ -9,7 +9,7 @@ from real_support import require
 
 require("torchtitan", "spmd_types")
 
-from titan_llama import build, tokens  # noqa: E402
+from titan_models import build, tokens  # noqa: E402
 
 from scalify.api import check_equivalent  # noqa: E402
 
@@ -44,6 +44,14 @@ def test_llama3_tensor_parallel_plan_is_proved(backend, tp, sp, heads, kv_heads)
     assert report.verdict == "equivalent", [s.reason for s in report.suspects[:2]]
     expected = "shard(2, tp)"
     assert report.outputs[0].proven == expected
+
+
+@pytest.mark.parametrize("tp, sp", [(2, False), (2, True), (4, False)])
+def test_qwen3_tensor_parallel_plan_is_proved(tp, sp):
+    """Qwen3: RMSNorm on each head's q and k, cos/sin RoPE, the embedding tied to the head."""
+    report = check("spmd_types", family="qwen3", tp=tp, sp=sp, heads=2 * tp, kv_heads=tp)
+    assert report.verdict == "equivalent", [s.reason for s in report.suspects[:2]]
+    assert report.outputs[0].proven == "shard(2, tp)"
 
 
 def test_separate_qkv_projections_are_proved():
@@ -85,8 +93,9 @@ def _line(path_suffix: str, text: str) -> int:
         ),
     ],
 )
-def test_plan_entry_bugs_are_caught_at_torchtitan_lines(name, edit, origin):
-    report = check("spmd_types", tp=2, plan_edit=edit)
+@pytest.mark.parametrize("family", ["llama3", "qwen3"])
+def test_plan_entry_bugs_are_caught_at_torchtitan_lines(name, edit, origin, family):
+    report = check("spmd_types", family=family, tp=2, plan_edit=edit)
     assert report.verdict == "not_equivalent"
     first = report.suspects[0]
     file, text = origin

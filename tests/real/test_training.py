@@ -419,7 +419,7 @@ def _titan_step(tp: int, sp: bool, fuse_qkv: bool = False):
     import contextlib
 
     import spmd_types
-    from titan_llama import SEQ, VOCAB, build, tokens
+    from titan_models import SEQ, VOCAB, build, tokens
     from torchtitan.components.loss import CrossEntropyLoss
 
     baseline, model, mesh, context = build(tp, sp=sp, fuse_qkv=fuse_qkv)
@@ -494,7 +494,7 @@ def _titan_fsdp_step(local_token_count: bool, tp: int = 1):
     import contextlib
 
     import spmd_types
-    from titan_llama import SEQ, VOCAB, build
+    from titan_models import SEQ, VOCAB, build
     from torchtitan.components.loss import CrossEntropyLoss
 
     baseline, model, mesh, context = build(tp, fsdp=2)
