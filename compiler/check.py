@@ -434,8 +434,20 @@ def check_custom_calls(files: list[RuleFile]) -> dict[str, CustomCall]:
                     f"expected one of: {known}",
                 )
             wanted = MEANINGS[meaning.name].operands
-            if meaning.attrs:
-                raise fail(meaning.span, f"`{meaning.name}` takes no attributes")
+            allowed = dict(MEANINGS[meaning.name].attrs)
+            for name, value in meaning.attrs:
+                if name not in allowed:
+                    takes = ", ".join(allowed) or "no attributes"
+                    raise fail(
+                        meaning.span,
+                        f"`{meaning.name}` has no attribute `{name}`",
+                        f"it takes: {takes}",
+                    )
+                if not isinstance(value, IntLit):
+                    raise fail(
+                        getattr(value, "span", meaning.span),
+                        f"`{meaning.name}`'s attribute `{name}` is an integer",
+                    )
             if len(meaning.args) != len(wanted):
                 raise fail(
                     meaning.span,
@@ -450,7 +462,8 @@ def check_custom_calls(files: list[RuleFile]) -> dict[str, CustomCall]:
                         "(0, 1, ...)",
                     )
             positions = tuple(arg.value for arg in meaning.args)
-            declared[decl.target] = CustomCall(decl.target, meaning.name, positions, where)
+            attrs = tuple((name, value.value) for name, value in meaning.attrs)
+            declared[decl.target] = CustomCall(decl.target, meaning.name, positions, where, attrs)
     return declared
 
 

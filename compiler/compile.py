@@ -71,7 +71,9 @@ def _declarations_text(rule_file, custom_calls: dict[str, CustomCall]) -> str:
     """A file's custom-call declarations as they compiled, as comments of its egglog text (no
     egglog rule: they are expanded before the e-graph), so its golden file shows them."""
     lines = [
-        f";; custom call {c.target!r} = {c.meaning}({', '.join(map(str, c.operands))})"
+        f";; custom call {c.target!r} = {c.meaning}"
+        + (f"[{', '.join(f'{k}={v}' for k, v in c.attrs)}]" if c.attrs else "")
+        + f"({', '.join(map(str, c.operands))})"
         for decl in rule_file.custom_calls
         for c in [custom_calls[decl.target]]
     ]

@@ -118,6 +118,7 @@ def check_equivalent(
     from .capture.fx_trace import fake_process_group, trace
     from .cli import default_rules_dir
     from .compiler.compile import compile_rule_dir
+    from .custom_calls import expand_custom_calls
     from .frontends.fx import graph_from_fx
     from .verify import verify_graphs
 
@@ -131,13 +132,16 @@ def check_equivalent(
     if base_gm.meta["tracing_mode"] != traced.meta["tracing_mode"]:  # one mode for both,
         base_gm = trace(baseline_fn, base_inputs, tracing_mode="fake")  # so both decompose
         traced = trace(parallel_fn, dist_inputs, across_devices=True, tracing_mode="fake")
-    base = canonicalize(graph_from_fx(base_gm, base_label))
-    dist = canonicalize(graph_from_fx(traced, dist_label, world_size=chosen.size))
+    compiled = compile_rule_dir(rules or default_rules_dir())
+    base = graph_from_fx(base_gm, base_label)
+    dist = graph_from_fx(traced, dist_label, world_size=chosen.size)
+    for graph in (base, dist):  # a framework's own ops, as the rule files declare them
+        expand_custom_calls(graph, compiled.custom_calls)
+    base, dist = canonicalize(base), canonicalize(dist)
     dist.output_layouts = _placement_layouts(traced.meta["output_placements"], dist, chosen)
     dist.input_layouts = _weight_layouts(traced.meta.get("input_placements", {}), chosen)
     dist.output_inputs = dict(traced.meta.get("output_inputs", {}))
     given = _given_relations(relations, infer_outputs=parallel_inputs is not None)
-    compiled = compile_rule_dir(rules or default_rules_dir())
     return verify_graphs(base, dist, compiled, chosen, given)
 
 

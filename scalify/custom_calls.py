@@ -9,7 +9,12 @@ target; a rule file gives it a meaning, one line per target:
 
 A meaning is one of the small set below, each an expression of canonical ops built where
 the call stands, with the call's own location and name, before canonicalisation: the rules
-then see only canonical ops. The arguments are operand positions of the call.
+then see only canonical ops. The arguments are operand positions of the call; a meaning may
+take integer attributes (`scatter_add[dim=0](0, 1, 2)`).
+
+Both frontends make custom calls: HLO's `custom-call` by its target, and the FX frontend
+each op of a framework's own library (`torch.library.custom_op`, outside ATen and prims)
+by its qualified name (`torchtitan::deterministic_scatter_add`).
 """
 
 from __future__ import annotations
@@ -18,31 +23,48 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .ir import Graph, NewNodes, Node, replace_nodes
+from .one_hot_forms import rows_added
+
+
+@dataclass(frozen=True)
+class Built:
+    """Where a meaning is built: the call, its operands as the declaration orders them, the
+    nodes to add, the declaration's attributes, and the graph (to read an operand's
+    producers)."""
+
+    call: Node
+    args: list[Node]
+    new: NewNodes
+    attrs: dict[str, int]
+    graph: Graph
 
 
 @dataclass(frozen=True)
 class Meaning:
     """A meaning a declaration may name: how many operand positions it takes, what they are,
-    and how it is built (None when the call's operands do not fit it)."""
+    the attributes it takes (with their defaults), and how it is built (False when the
+    call's operands do not fit it)."""
 
     operands: tuple[str, ...]
     doc: str
-    build: Callable[[Node, list[Node], NewNodes], bool]
+    build: Callable[[Built], bool]
+    attrs: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)
 class CustomCall:
-    """One declaration: the target, the meaning's name, the operand positions it reads, and
-    where it is written (`file:line`)."""
+    """One declaration: the target, the meaning's name, the operand positions it reads, its
+    attributes, and where it is written (`file:line`)."""
 
     target: str
     meaning: str
     operands: tuple[int, ...]
     where: str
+    attrs: tuple[tuple[str, int], ...] = ()
 
 
-def _operand(call: Node, args: list[Node], new: NewNodes) -> bool:
-    (x,) = args
+def _operand(at: Built) -> bool:
+    call, new, (x,) = at.call, at.new, at.args
     if x.shape != call.shape:
         return False
     if x.dtype != call.dtype:
@@ -52,10 +74,10 @@ def _operand(call: Node, args: list[Node], new: NewNodes) -> bool:
     return True
 
 
-def _rms_norm(call: Node, args: list[Node], new: NewNodes) -> bool:
+def _rms_norm(at: Built) -> bool:
     """x * rsqrt(mean(x^2 over d) + eps) * w, in x's dtype, then the call's: d is the one
     dim of x as long as the weight (the call names no dim; two such dims leave it opaque)."""
-    x, weight, eps = args
+    call, new, (x, weight, eps) = at.call, at.new, at.args
     if x.shape != call.shape or len(weight.shape) != 1 or eps.shape != ():
         return False
     dims = [d for d, n in enumerate(x.shape) if n == weight.shape[0]]
@@ -91,12 +113,67 @@ def _rms_norm(call: Node, args: list[Node], new: NewNodes) -> bool:
     return True
 
 
+def _scatter_add(at: Built) -> bool:
+    """`x.scatter_add(d, index, src)` (PyTorch's) where the index names one slice of x along
+    d per slice of src, the same across src's other dims (an expanded column, as MoE token
+    combines write it): each slice of src added into the slice of x its index names. Built
+    as `x + one_hot(index)^T src` with d moved first; any other index stays opaque."""
+    call, new = at.call, at.new
+    x, index, src = at.args
+    rank, d = len(x.shape), at.attrs["dim"]
+    if not 0 <= d < rank or src.shape != index.shape or len(src.shape) != rank:
+        return False
+    if any(src.shape[k] != x.shape[k] for k in range(rank) if k != d) or x.shape != call.shape:
+        return False
+    column = _column(index, d, at.graph)
+    if column is None:
+        return False
+    if len(column.shape) != 1:
+        column_id = new.add("reshape", (column.id,), (src.shape[d],), column.dtype, {})
+    else:
+        column_id = column.id
+    perm = (d, *(k for k in range(rank) if k != d))
+    moved = tuple(x.shape[k] for k in perm)
+    x_id, src_id = x.id, src.id
+    if d:
+        x_id = new.add("transpose", (x_id,), moved, x.dtype, {"perm": perm})
+        src_moved = tuple(src.shape[k] for k in perm)
+        src_id = new.add("transpose", (src_id,), src_moved, src.dtype, {"perm": perm})
+    out = rows_added(
+        new.add, x_id, column_id, (src.shape[d],), column.dtype, src_id, moved, x.dtype
+    )
+    if d:
+        back = tuple(perm.index(k) for k in range(rank))
+        new.add("transpose", (out,), x.shape, x.dtype, {"perm": back})
+    return True
+
+
+def _column(index: Node, d: int, graph: Graph) -> Node | None:
+    """The value c with index[p] == c[p[d]] at every position p: the index itself when its
+    every dim but d has size 1, or what it broadcasts along d; None when it varies along
+    another dim."""
+    if all(n == 1 for k, n in enumerate(index.shape) if k != d):
+        return index
+    if index.op == "broadcast" and d in index.attrs["dims"]:
+        operand = graph.nodes[index.operands[0]]
+        kept = index.attrs["dims"].index(d)
+        if all(n == 1 for k, n in enumerate(operand.shape) if k != kept):
+            return operand
+    return None
+
+
 MEANINGS: dict[str, Meaning] = {
     "operand": Meaning(("value",), "the call returns its operand as it is", _operand),
     "rms_norm": Meaning(
         ("input", "weight", "epsilon"),
         "RMSNorm of the input over the dim as long as the weight, scaled by the weight",
         _rms_norm,
+    ),
+    "scatter_add": Meaning(
+        ("input", "index", "src"),
+        "PyTorch's input.scatter_add(dim, index, src) with one index per slice along dim",
+        _scatter_add,
+        attrs=(("dim", 0),),
     ),
 }
 
@@ -124,7 +201,9 @@ def expand_custom_calls(graph: Graph, declared: dict[str, CustomCall]) -> None:
             return []
         args = [graph.nodes[node.operands[i]] for i in declaration.operands]
         new = NewNodes(node, next_id)
-        if not MEANINGS[declaration.meaning].build(node, args, new):
+        meaning = MEANINGS[declaration.meaning]
+        attrs = dict(meaning.attrs) | dict(declaration.attrs)
+        if not meaning.build(Built(node, args, new, attrs, graph)):
             node.attrs["declared_but_unfit"] = declaration.where
             return []
         new.nodes[-1].name = node.name

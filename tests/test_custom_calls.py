@@ -78,7 +78,8 @@ def test_a_meaning_that_does_not_fit_leaves_the_call_opaque_and_says_why():
         ('custom_call "T" = norm(0)\n', "unknown custom-call meaning `norm`", 19),
         ('custom_call "T" = rms_norm(0, 1)\n', "takes 3 operand position(s)", 19),
         ('custom_call "T" = operand(x)\n', "operand positions of the call", 27),
-        ('custom_call "T" = operand[k=1](0)\n', "takes no attributes", 19),
+        ('custom_call "T" = operand[k=1](0)\n', "`operand` has no attribute `k`", 19),
+        ('custom_call "T" = scatter_add[dim=x](0, 1, 2)\n', "attribute `dim` is an integer", 35),
     ],
 )
 def test_bad_declarations_are_errors_at_their_line(text, message, column):

@@ -20,7 +20,9 @@ def load_graph(path: str, custom_calls: dict[str, CustomCall] | None = None) -> 
     if file.suffix == ".pt2":  # a torch.export.save archive (zip): the FX frontend
         from .fx import load_fx
 
-        return canonicalize(load_fx(path))  # an FX program holds no custom calls
+        graph = load_fx(path)
+        expand_custom_calls(graph, custom_calls or {})  # a framework's own ops
+        return canonicalize(graph)
     try:
         # HLO text compresses some 50x (torch-neuronx repeats the Python stack on every op)
         text = (

@@ -59,8 +59,8 @@ from typing import Any
 from scalify.errors import ScalifyError
 from scalify.frames import pick_location
 from scalify.frontends.common import prune_and_renumber
-from scalify.frontends.one_hots import one_hot_of
 from scalify.ir import Graph, Node, SourceLoc, at_line
+from scalify.one_hot_forms import one_hot_of
 
 # the namespace of the ops that name device-dependent values (scalify/capture/device_ops.py)
 DEVICE_NAMESPACE = "scalify"
@@ -299,6 +299,21 @@ def _op_name(target: Any) -> tuple[str, str, str]:
     return module.split(".")[0] if module else "", name, ""
 
 
+# Namespaces of PyTorch's own operator libraries; any other namespace is a framework's
+# (`torch.library.custom_op("torchtitan::deterministic_scatter_add", ...)`).
+_TORCH_NAMESPACES = frozenset(
+    {"aten", "prims", "_c10d_functional", "c10d_functional", "c10d", "_dtensor", "profiler"}
+)
+
+
+def _is_library_op(target: Any, namespace: str) -> bool:
+    """Whether an FX call target is an op of a framework's own operator library: a custom
+    call, named `namespace::name`, that a rule file can give a meaning."""
+    return getattr(target, "overloadpacket", None) is not None and (
+        namespace not in _TORCH_NAMESPACES
+    )
+
+
 class _Lowering:
     def __init__(
         self,
@@ -480,7 +495,11 @@ class _Lowering:
                     self.env[fx_node] = self.call(fx_node, namespace, name, overload)
                 except _Unsupported:
                     self.parts = 0
-                    self.env[fx_node] = self.opaque(fx_node, f"{namespace}.{name}")
+                    if _is_library_op(fx_node.target, namespace):  # a rule file may declare it
+                        target = {"target": f"{namespace}::{name}"}
+                        self.env[fx_node] = self.opaque(fx_node, "custom-call", target)
+                    else:
+                        self.env[fx_node] = self.opaque(fx_node, f"{namespace}.{name}")
                 if namespace in ("aten", "prims"):  # collectives track their own writes
                     self.written_in_place(fx_node, namespace, name, overload)
             elif fx_node.op in ("call_module", "call_method"):

@@ -24,9 +24,9 @@ from lark.lexer import PatternStr
 from scalify.errors import ScalifyError, line_of
 from scalify.frames import pick_location
 from scalify.frontends.common import prune_and_renumber
-from scalify.frontends.one_hots import one_hot_of
 from scalify.grammar import grammar_path
 from scalify.ir import Graph, Node, SourceLoc, TileSharding
+from scalify.one_hot_forms import rows_added
 
 __all__ = ["load_hlo", "parse_hlo"]
 
@@ -1653,23 +1653,11 @@ class _Lowering:
         if batch != index.shape:  # drop the index vector dim (of size 1)
             batch_arr = _Array(index.dtype, batch)
             index_id = self.new("reshape", (index_id,), batch_arr, {}, ins, loc, fop)
-        hot_shape = (*batch, shape.dims[0])
 
         def emit(op: str, operands: tuple[int, ...], dims, dtype: str, attrs) -> int:
             return self.new(op, operands, _Array(dtype, dims), attrs, ins, loc, fop)
 
-        eq = one_hot_of(emit, index_id, index.dtype, k, hot_shape)
-        hot_arr = _Array(shape.dtype, hot_shape)
-        hot = self.new("convert", (eq,), hot_arr, {"dtype": shape.dtype}, ins, loc, fop)
-        dims = tuple(range(k))
-        contract = {
-            "lhs_contracting": dims,
-            "rhs_contracting": dims,
-            "lhs_batch": (),
-            "rhs_batch": (),
-        }
-        added = self.new("dot", (hot, updates), shape, contract, ins, loc, fop)
-        return self.new("add", (x, added), shape, {}, ins, loc, fop)
+        return rows_added(emit, x, index_id, batch, index.dtype, updates, shape.dims, shape.dtype)
 
     def _returns_update(self, ins: _Instr) -> bool:
         comp = self.called(ins, "to_apply")

@@ -54,6 +54,16 @@ def test_qwen3_tensor_parallel_plan_is_proved(tp, sp):
     assert report.outputs[0].proven == "shard(2, tp)"
 
 
+@pytest.mark.parametrize("sp", [False, True])
+def test_qwen3_moe_tensor_parallel_plan_is_proved(sp):
+    """Qwen3's mixture of experts, experts split over tp (w1, w3 by column, w2 by row), the
+    routed outputs combined by torchtitan's `deterministic_scatter_add` custom op, which
+    `rules/torchtitan.srl` declares."""
+    report = check("spmd_types", family="qwen3_moe", tp=2, sp=sp)
+    assert report.verdict == "equivalent", [s.reason for s in report.suspects[:2]]
+    assert report.outputs[0].proven == "shard(2, tp)"
+
+
 def test_separate_qkv_projections_are_proved():
     assert check("spmd_types", tp=2, fuse_qkv=False).verdict == "equivalent"
 

@@ -1,0 +1,142 @@
+"""A framework's own operator library (`torch.library.custom_op`) reaches the FX frontend as
+custom calls named `namespace::name`: undeclared, the report names the op with the line to
+write; declared in a rule file, the op is its meaning. Here a MoE-style combine adds each
+token's partial expert output into its row with a custom scatter-add, as torchtitan's
+`deterministic_scatter_add` does."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import REPO
+
+torch = pytest.importorskip("torch")
+
+import torch.distributed as dist  # noqa: E402
+from scalify.compiler.compile import compile_texts  # noqa: E402
+from torch.distributed._functional_collectives import all_reduce  # noqa: E402
+
+from scalify.api import check_equivalent, fake_mesh  # noqa: E402
+from scalify.capture.fx_trace import trace  # noqa: E402
+from scalify.custom_calls import expand_custom_calls  # noqa: E402
+from scalify.frontends.fx import graph_from_fx  # noqa: E402
+from scalify.simulate.spmd import run_baseline  # noqa: E402
+
+
+@torch.library.custom_op("scalify_test::rows_added", mutates_args=())
+def rows_added(out: torch.Tensor, index: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+    return out.scatter_add(0, index, src)
+
+
+@rows_added.register_fake
+def _(out: torch.Tensor, index: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(out)
+
+
+@torch.library.custom_op("scalify_test::columns_added", mutates_args=())
+def columns_added(out: torch.Tensor, index: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+    return out.scatter_add(1, index, src)
+
+
+@columns_added.register_fake
+def _(out: torch.Tensor, index: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(out)
+
+
+DECLARATION = 'custom_call "scalify_test::rows_added" = scatter_add[dim=0](0, 1, 2)\n'
+TOKENS, ROUTED, HIDDEN, FFN = 6, 8, 4, 16
+
+
+def combine(h, w, token_of_row):
+    """Each routed row's expert output (h @ w) added into its token's row."""
+    out = torch.zeros(TOKENS, HIDDEN)
+    index = token_of_row.reshape(-1, 1).expand(-1, HIDDEN)
+    return rows_added(out, index, h @ w)
+
+
+def combine_row_parallel(h, w, token_of_row):
+    """w split along FFN: each device's product is a partial sum, reduced after the combine."""
+    return all_reduce(combine(h, w, token_of_row), "sum", dist.group.WORLD)
+
+
+def combine_not_reduced(h, w, token_of_row):
+    """BUG: the partial sums are combined but never reduced."""
+    return combine(h, w, token_of_row)
+
+
+@pytest.fixture()
+def scratch_rules(tmp_path: Path) -> Path:
+    """The shipped rules plus the declaration, in a folder of their own."""
+    folder = tmp_path / "rules"
+    shutil.copytree(REPO / "rules", folder, ignore=shutil.ignore_patterns("tests"))
+    (folder / "scratch.srl").write_text(DECLARATION)
+    return folder
+
+
+def _check(parallel, rules=None):
+    mesh = fake_mesh("tp=2")
+    torch.manual_seed(0)
+    h, w = torch.randn(ROUTED, FFN), torch.randn(FFN, HIDDEN)
+    token_of_row = torch.randint(0, TOKENS, (ROUTED,))
+    return check_equivalent(
+        combine,
+        parallel,
+        mesh=mesh,
+        example_inputs=(h, w, token_of_row),
+        parallel_inputs=(h[:, : FFN // 2], w[: FFN // 2], token_of_row),
+        relations={"inputs": {"h": "shard(1, tp)", "w": "shard(0, tp)"}},
+        rules=rules,
+    )
+
+
+def test_a_declared_library_op_is_proved(scratch_rules):
+    report = _check(combine_row_parallel, scratch_rules)
+    assert report.verdict == "equivalent", [s.reason for s in report.suspects[:2]]
+
+
+def test_a_declared_library_op_does_not_hide_a_missing_reduction(scratch_rules):
+    assert _check(combine_not_reduced, scratch_rules).verdict == "not_equivalent"
+
+
+def test_an_undeclared_library_op_is_named_with_the_line_to_write(tmp_path):
+    folder = tmp_path / "rules"
+    shutil.copytree(REPO / "rules", folder, ignore=shutil.ignore_patterns("tests"))
+    report = _check(combine_row_parallel, folder)
+    assert report.verdict == "unknown"
+    notes = " ".join(report.notes)
+    assert "custom call `scalify_test::rows_added` has no declared meaning" in notes
+    assert 'custom_call "scalify_test::rows_added" = operand(0)' in notes
+
+
+@pytest.mark.parametrize(
+    "name, op, dim", [("rows_added", rows_added, 0), ("columns_added", columns_added, 1)]
+)
+def test_the_scatter_add_meaning_computes_torchs_scatter_add(name, op, dim):
+    declared = compile_texts(
+        [
+            (
+                "scratch.srl",
+                f'custom_call "scalify_test::{name}" = scatter_add[dim={dim}](0, 1, 2)\n',
+            )
+        ]
+    ).custom_calls
+    shape, n = (5, 3), 7
+    src_shape = (n, 3) if dim == 0 else (5, n)
+
+    def fn(out, src, column):
+        index = column.reshape(-1, 1).expand(src_shape) if dim == 0 else column.expand(src_shape)
+        return op(out, index, src)
+
+    torch.manual_seed(1)
+    out, src = torch.randn(shape), torch.randn(src_shape)
+    column = torch.randint(0, shape[dim], (n,) if dim == 0 else (1, n))
+    graph = graph_from_fx(trace(fn, (out, src, column)), "fn")
+    expand_custom_calls(graph, declared)
+    assert not graph.opaque_nodes()
+    inputs = dict(zip(graph.inputs, (out.numpy(), src.numpy(), column.numpy()), strict=True))
+    values = run_baseline(graph, inputs)
+    expected = fn(out, src, column).numpy()
+    np.testing.assert_allclose(values[graph.outputs[0]], expected, rtol=1e-6)
