@@ -6,9 +6,10 @@ broadcasts: where the baseline broadcasts RoPE's `cos` across the heads
 (`broadcast(squeeze(cos))`), XLA's partitioner leaves each device `cos` itself, whose head
 dim already has the one entry the device needs. Each such value used by an elementwise op
 gets the identical form `broadcast(squeeze(v))` back, to its own shape, in an equal form of
-that op: the broadcast's term is the baseline's broadcast term when the op's other operand
-fixes the sizes, so the rules see a broadcast along a new dim (`spread`) as they do when the
-broadcast is written out.
+that op (or a concatenate: DeepSeek's rope key joined to each device's one head): the
+broadcast's term is the baseline's broadcast term when the op's other operand fixes the
+sizes, so the rules see a broadcast along a new dim (`spread`) as they do when the broadcast
+is written out.
 """
 
 from __future__ import annotations
@@ -24,22 +25,26 @@ SKIPPED = frozenset({"parameter", "constant", "iota", "broadcast"})
 
 
 def with_unit_broadcast_forms(graph: Graph) -> Graph:
-    """A copy of `graph` where each elementwise op over a value with size-1 dims (and
-    others) has an equal form over `broadcast(squeeze(value))` instead, placed right after
-    it. The form goes to the op, not to the value: a value's other users (a transpose, a
-    merge) would pin the broadcast's sizes, and only elementwise users leave them free."""
+    """A copy of `graph` where each elementwise op or concatenate over a value with size-1
+    dims (and others) has an equal form over `broadcast(squeeze(value))` instead, placed
+    right after it. The form goes to the op, not to the value: a value's other users (a
+    transpose, a merge) would pin the broadcast's sizes, and only elementwise users, or a
+    concatenate along a dim the broadcast keeps, leave them free."""
     copy = replace(graph, nodes=dict(graph.nodes), equalities=list(graph.equalities), derived={})
     next_id = max(copy.nodes, default=-1) + 1
     forms: dict[int, int] = {}  # value -> its broadcast form
     placed: dict[int, list[int]] = {}
     twins: dict[int, int] = {}  # twin -> the broadcast form it reads
     for node in list(graph.nodes.values()):
-        if node.op not in ELEMENTWISE or len(node.operands) < 2:
+        joins = node.op == "concatenate"
+        if not (node.op in ELEMENTWISE or joins) or len(node.operands) < 2:
             continue
         added: list[int] = []
         for k, operand in enumerate(node.operands):
             if not _candidate(graph.node(operand)):
                 continue
+            if joins and graph.node(operand).shape[node.attrs["dim"]] == 1:
+                continue  # the joined dim must be one the broadcast keeps
             if operand not in forms:
                 ids, next_id = _broadcast_form(copy, graph.node(operand), next_id)
                 forms[operand] = ids[-1]

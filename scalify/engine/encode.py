@@ -70,7 +70,7 @@ def _free_broadcasts(graph: Graph, twins: frozenset[int]) -> set[int]:
         if n.op == "broadcast"
         and not (same[n.id] & outputs)
         and users[n.id]
-        and all(_sized_by_user(graph.node(u), n.id) for u in users[n.id])
+        and all(_sized_by_user(graph.node(u), n) for u in users[n.id])
     }
     while True:
         anchored = _anchored(graph, free)
@@ -112,12 +112,16 @@ def _new_dims(node: Node) -> int:
     return len(node.shape) - len(node.attrs.get("dims", ()))
 
 
-def _sized_by_user(user: Node, operand: int) -> bool:
+def _sized_by_user(user: Node, operand: Node) -> bool:
     """The user fixes the operand's shape from its other operands and its key: an
-    elementwise op, or a scatter into it (whose key holds the sizes of the dims that are not
-    batching dims, and whose indices and updates hold the batch sizes)."""
+    elementwise op, a scatter into it (whose key holds the sizes of the dims that are not
+    batching dims, and whose indices and updates hold the batch sizes), or a concatenate
+    along a dim the broadcast keeps (the other operands fix every other dim; the kept dim's
+    size is its operand's)."""
     if user.op == "scatter":
-        return user.operands[0] == operand and operand not in user.operands[1:]
+        return user.operands[0] == operand.id and operand.id not in user.operands[1:]
+    if user.op == "concatenate":
+        return user.attrs["dim"] in operand.attrs.get("dims", ())
     return user.op in ELEMENTWISE
 
 
@@ -137,6 +141,10 @@ def _anchored(graph: Graph, free: set[int]) -> set[int]:
             ok = any(o in anchored for o in node.operands)
         elif node.op == "scatter":
             ok = all(o in anchored for o in node.operands[1:])
+        elif node.op == "concatenate":  # a free operand is sized by the anchored ones
+            ok = any(o in anchored for o in node.operands) and all(
+                o in anchored or o in free for o in node.operands
+            )
         else:
             ok = all(o in anchored for o in node.operands)
         if ok:

@@ -64,6 +64,18 @@ def test_qwen3_moe_tensor_parallel_plan_is_proved(sp):
     assert report.outputs[0].proven == "shard(2, tp)"
 
 
+@pytest.mark.parametrize(
+    "tp, sp, heads", [(2, False, 4), (2, True, 4), (4, False, 4)], ids=["tp2", "tp2_sp", "tp4"]
+)
+def test_deepseek_v3_tensor_parallel_plan_is_proved(tp, sp, heads):
+    """DeepSeek-V3: multi-head latent attention (the rope key, one per token, joined to each
+    device's heads; at tp 4 one head per device) and a mixture of experts with a shared
+    expert."""
+    report = check("spmd_types", family="deepseek_v3", tp=tp, sp=sp, heads=heads)
+    assert report.verdict == "equivalent", [s.reason for s in report.suspects[:2]]
+    assert report.outputs[0].proven == "shard(2, tp)"
+
+
 def test_separate_qkv_projections_are_proved():
     assert check("spmd_types", tp=2, fuse_qkv=False).verdict == "equivalent"
 

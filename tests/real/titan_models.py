@@ -60,7 +60,12 @@ def build(
     fsdp_axis = "dp_shard" if backend in ("spmd_types", "full_dtensor") else "fsdp"
     mesh = fake_mesh(f"{fsdp_axis}={fsdp},tp={tp}" if fsdp > 1 else f"tp={tp}")
     parallel_dims_module.device_type = tools.device_type = "cpu"  # it picks cuda otherwise
-    configs = {"llama3": _llama3, "qwen3": _qwen3, "qwen3_moe": partial(_qwen3, moe=True)}
+    configs = {
+        "llama3": _llama3,
+        "qwen3": _qwen3,
+        "qwen3_moe": partial(_qwen3, moe=True),
+        "deepseek_v3": _deepseek_v3,
+    }
     config, set_sharding = configs[family](heads, kv_heads, fuse_qkv)
     for layer in config.layers:
         layer.attention.inner_attention = ScaledDotProductAttention.Config()
@@ -178,6 +183,52 @@ def _qwen3(heads: int, kv_heads: int, fuse_qkv: bool, moe: bool = False) -> tupl
         layers=layers,
     )
     return config, partial(set_qwen3_sharding_config, enable_ep=False)
+
+
+def _deepseek_v3(heads: int, kv_heads: int, fuse_qkv: bool) -> tuple[Any, Callable]:
+    """torchtitan's DeepSeek-V3 config (multi-head latent attention, a dense first layer,
+    then a mixture of 4 experts, 2 per token, with a shared expert), and its sharding
+    config's filler (expert parallelism off). `kv_heads` and `fuse_qkv` do not apply."""
+    import torchtitan.models.deepseek_v3 as dsv3
+    from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm
+    from torchtitan.models.deepseek_v3.sharding import set_deepseek_v3_sharding_config
+
+    rope_dim = 8
+    layers = dsv3._build_dsv3_layers(
+        n_layers=2,
+        n_dense_layers=1,
+        dim=DIM,
+        n_heads=heads,
+        q_lora_rank=0,
+        kv_lora_rank=32,
+        qk_nope_head_dim=16,
+        qk_rope_head_dim=rope_dim,
+        v_head_dim=16,
+        mscale=0.70,
+        dense_hidden_dim=2 * DIM,
+        moe_hidden_dim=32,
+        num_experts=4,
+        num_shared_experts=1,
+        router_top_k=2,
+        router_score_func="softmax",
+        attn_backend="flex",
+        moe_comm_backend="standard",
+        non_blocking_capacity_factor=None,
+        rope=ComplexRoPE.Config(dim=rope_dim, max_seq_len=64, theta=10000.0),
+    )
+    config = dsv3.DeepSeekV3Model.Config(
+        vocab_size=VOCAB,
+        dim=DIM,
+        tok_embeddings=Embedding.Config(
+            num_embeddings=VOCAB, embedding_dim=DIM, param_init=dsv3._EMBEDDING_INIT
+        ),
+        norm=RMSNorm.Config(normalized_shape=DIM, param_init=dsv3._NORM_INIT),
+        lm_head=Linear.Config(
+            in_features=DIM, out_features=VOCAB, param_init=dsv3._output_linear_init(DIM)
+        ),
+        layers=layers,
+    )
+    return config, partial(set_deepseek_v3_sharding_config, enable_ep=False)
 
 
 def tokens() -> torch.Tensor:
