@@ -1,9 +1,10 @@
 """EasyDeL's Llama (a JAX LLM library from the package index), sharded by its own partition
 rules and partitioned by XLA's SPMD partitioner: the per-device program proved equivalent to
-the global one at tensor 2 and 4, and an all-reduce taken out of the partitioned program
-caught. The programs are the `easydel/*.hlo.gz` pairs that `easydel/export.py` dumps (EasyDeL
-needs a venv of its own; see there): the default forward, whose positions come from a scan
-that stacks its outputs with a dynamic-update-slice, and one given a mask and positions."""
+the global one at tensor 2 and 4 and on meshes of up to three axes (and Qwen3, Gemma2 and
+Mistral on three), and an all-reduce taken out of the partitioned program caught. The
+programs are the `easydel/*.hlo.gz` pairs that `easydel/export.py` dumps (EasyDeL needs a
+venv of its own; see there): the default forward, whose positions come from a scan that
+stacks its outputs with a dynamic-update-slice, and one given a mask and positions."""
 
 from __future__ import annotations
 
@@ -51,6 +52,11 @@ CASES = {  # the stored pair -> EasyDeL's mesh (dp, fsdp, ep, tp, sp)
     # the same over dp: the offset is a table indexed by another table of the device id
     "dp2_tp2_sp2": "dp=2,fsdp=1,ep=1,tp=2,sp=2",
     "dp2_tp2_sp2_mask": "dp=2,fsdp=1,ep=1,tp=2,sp=2",
+    # other families on three axes (`export.py --family`): Qwen3's RMSNorm on each head's q
+    # and k, Gemma2's logit soft-capping, sandwich norms and scaled embedding, Mistral
+    "qwen3_fsdp2_tp2_sp2_mask": "dp=1,fsdp=2,ep=1,tp=2,sp=2",
+    "gemma2_fsdp2_tp2_sp2_mask": "dp=1,fsdp=2,ep=1,tp=2,sp=2",
+    "mistral_fsdp2_tp2_sp2_mask": "dp=1,fsdp=2,ep=1,tp=2,sp=2",
 }
 
 

@@ -1,7 +1,13 @@
-"""EasyDeL's Llama, tiny and random, sharded by EasyDeL's own partition rules and partitioned
-by XLA, with both programs dumped for Scalify (the `*.hlo.gz` pairs beside this file).
+"""EasyDeL's Llama (or another of its model families), tiny and random, sharded by EasyDeL's
+own partition rules and partitioned by XLA, with both programs dumped for Scalify (the
+`*.hlo.gz` pairs beside this file).
 
     python tests/real/easydel/export.py OUT --dims 1,1,1,2,1 [--mask]   # dp,fsdp,ep,tp,sp
+    python tests/real/easydel/export.py OUT --dims 1,2,1,2,2 --mask --family Gemma2 \
+        --config '{"head_dim": 16}'
+
+`--family NAME`: EasyDeL's `NAMEConfig` and `NAMEForCausalLM`, given the same tiny sizes;
+`--config`: more of that config's fields, as JSON.
 
 `--mask`: the forward is also given `attention_mask` and `position_ids`, as training batches
 pass them (the `*_mask_*` pairs); without, EasyDeL computes the positions with a scan.
@@ -25,6 +31,7 @@ state's own shardings and the tokens split over (dp, fsdp) and sp. OUT gets `bas
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 from pathlib import Path
@@ -35,6 +42,8 @@ def main() -> None:
     parser.add_argument("out", type=Path)
     parser.add_argument("--dims", default="1,1,1,2,1", help="dp,fsdp,ep,tp,sp")
     parser.add_argument("--mask", action="store_true", help="pass attention_mask, position_ids")
+    parser.add_argument("--family", default="Llama", help="an EasyDeL model family")
+    parser.add_argument("--config", default="{}", help="more config fields, as JSON")
     args = parser.parse_args()
     dims = tuple(int(x) for x in args.dims.split(","))
     devices = 1
@@ -47,7 +56,7 @@ def main() -> None:
         f"--xla_dump_to={dump} --xla_dump_hlo_pass_re=spmd-partitioning"
     )
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
-    _export(dims, args.mask)
+    _export(dims, args.mask, args.family, json.loads(args.config))
     files = sorted(dump.glob("*jit_forward*"))
     (before,) = [p for p in files if "before_spmd-partitioning" in p.name]
     (after,) = [p for p in files if "after_spmd-partitioning" in p.name]
@@ -55,7 +64,7 @@ def main() -> None:
     shutil.copy(after, args.out / "dist.hlo")
 
 
-def _export(dims: tuple[int, ...], mask: bool) -> None:
+def _export(dims: tuple[int, ...], mask: bool, family: str, fields: dict) -> None:
     import easydel as ed
     import jax
     import jax.numpy as jnp
@@ -70,7 +79,8 @@ def _export(dims: tuple[int, ...], mask: bool) -> None:
     # ejkernel turns on the persistent compilation cache: a cached program is not compiled
     # again, and so not dumped
     jax.config.update("jax_enable_compilation_cache", False)
-    config = ed.LlamaConfig(
+    config = getattr(ed, f"{family}Config")(
+        **fields,
         vocab_size=256,
         hidden_size=128,
         intermediate_size=256,
@@ -83,7 +93,7 @@ def _export(dims: tuple[int, ...], mask: bool) -> None:
         attn_mechanism="vanilla",
         attn_dtype=jnp.float32,
     )
-    model = ed.LlamaForCausalLM(
+    model = getattr(ed, f"{family}ForCausalLM")(
         config=config,
         dtype=jnp.float32,
         param_dtype=jnp.float32,
