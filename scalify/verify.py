@@ -13,6 +13,7 @@ from .chunk_axes import CHUNK_AXIS, lift_chunk_axis
 from .compiler.compile import CompiledRuleSet, compile_rule_dir
 from .compiler.lower import rule_name
 from .custom_calls import undeclared_note
+from .device_windows import with_window_forms
 from .early_outputs import early_output, scaled_output
 from .engine.decode import read_proof
 from .engine.egraph import RunStats, rules_session
@@ -301,6 +302,7 @@ def prove(
     not proved equal to their baseline are then asked whether they are a multiple of it.
     """  # noqa: D401
     signatures: dict = {}
+    dist = with_window_forms(dist, mesh)  # before the vocabulary: its literals are new
     commands = vocabulary_facts(mesh, [base, dist]) + scaling_facts(mesh, [base, dist])
     base_ids, dist_ids = set(base.nodes), set(dist.nodes)
     parts = local_part_cuts(inputs, mesh)  # inputs related through their parts

@@ -1,7 +1,7 @@
 """EasyDeL's Llama (a JAX LLM library from the package index), sharded by its own partition
 rules and partitioned by XLA's SPMD partitioner: the per-device program proved equivalent to
-the global one at tensor 2 and 4 and on meshes of up to three axes (and Qwen3, Gemma2 and
-Mistral on three), and an all-reduce taken out of the partitioned program caught. The
+the global one at tensor 2 and 4 and on meshes of up to three axes (and Qwen3, Gemma2,
+Mistral and Phi-3 on three), and an all-reduce taken out of the partitioned program caught. The
 programs are the `easydel/*.hlo.gz` pairs that `easydel/export.py` dumps (EasyDeL needs a
 venv of its own; see there): the default forward, whose positions come from a scan that
 stacks its outputs with a dynamic-update-slice, and one given a mask and positions."""
@@ -57,6 +57,9 @@ CASES = {  # the stored pair -> EasyDeL's mesh (dp, fsdp, ep, tp, sp)
     "qwen3_fsdp2_tp2_sp2_mask": "dp=1,fsdp=2,ep=1,tp=2,sp=2",
     "gemma2_fsdp2_tp2_sp2_mask": "dp=1,fsdp=2,ep=1,tp=2,sp=2",
     "mistral_fsdp2_tp2_sp2_mask": "dp=1,fsdp=2,ep=1,tp=2,sp=2",
+    # Phi-3's fused [q | k | v] and [gate | up] products split over tp as one block: XLA
+    # reshards each part with windows handed between the tp devices (device_windows.py)
+    "phi3_fsdp2_tp2_sp2_mask": "dp=1,fsdp=2,ep=1,tp=2,sp=2",
 }
 
 
@@ -126,3 +129,36 @@ def test_vocab_offsets_counted_over_the_axes_in_the_wrong_order_are_caught(tmp_p
     assert report.verdict == "not_equivalent"
     first = report.suspects[0]
     assert first.file.startswith("easydel/layers/embeddings/"), (first.file, first.reason)
+
+
+@pytest.mark.parametrize(
+    "right, wrong",
+    [
+        # v's first window sent from tp 0 to tp 1 instead of from tp 1 to tp 0
+        (
+            "collective-permute(%slice.12), channel_id=23, "
+            "source_target_pairs={{2,0},{3,1},{6,4},{7,5}}",
+            "collective-permute(%slice.12), channel_id=23, "
+            "source_target_pairs={{0,2},{1,3},{4,6},{5,7}}",
+        ),
+        # k's offset into the joined windows: 96 - 96 c_tp counted as 96 + 96 c_tp
+        (
+            "multiply(%reshape.135, %constant.115)",
+            "multiply(%reshape.135, %constant.116)",
+        ),
+    ],
+    ids=["permute_reversed", "offset_sign"],
+)
+def test_a_wrong_reshard_of_the_fused_parts_is_caught_at_the_cut(tmp_path, right, wrong):
+    """One edit to how XLA hands Phi-3's q, k, v windows between the tp devices: caught at
+    the model's line that cuts the fused product."""
+    text = gzip.decompress((HERE / "phi3_fsdp2_tp2_sp2_mask_dist.hlo.gz").read_bytes()).decode()
+    assert text.count(right) == 1
+    broken = tmp_path / "dist.hlo"
+    broken.write_text(text.replace(right, wrong))
+    mesh = CASES["phi3_fsdp2_tp2_sp2_mask"]
+    baseline = str(HERE / "phi3_fsdp2_tp2_sp2_mask_baseline.hlo.gz")
+    report = verify_files(baseline, str(broken), RULES, mesh=mesh)
+    assert report.verdict == "not_equivalent"
+    first = report.suspects[0]
+    assert first.file == "easydel/modules/phi3/modeling_phi3.py", (first.file, first.reason)

@@ -1,0 +1,97 @@
+"""A slice whose offsets do not fall on the blocks' edges, as XLA's partitioner reshards it:
+each device cuts windows of its own block, hands one to a neighbour with a
+collective-permute, and picks per device with a select on its id. The device's result is
+proved its block of the baseline's slice (scalify/device_windows.py); a wrong pick, a wrong
+permute, a wrong window and a window taken across another mesh axis are not."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+
+from scalify.verify import verify_files
+
+BASELINE = """\
+HloModule base
+ENTRY main {
+  x = f32[16,12] parameter(0)
+  ROOT y = f32[16,4] slice(x), slice={[0:16], [2:6]}
+}
+"""
+
+# y's columns 2:6 of x: on a tp=2 mesh device 0 holds x's columns 0:6, device 1 columns
+# 6:12; y's block on device 0 (x's 2:4) is its own, on device 1 (x's 4:6) device 0's
+DISTRIBUTED = """\
+HloModule dist, num_partitions={devices}
+ENTRY main {{
+  x = f32[{rows},6] parameter(0)
+  own = f32[{rows},2] slice(x), slice={{[0:{rows}], [2:4]}}
+  next = f32[{rows},2] slice(x), slice={{[0:{rows}], [4:6]}}
+  moved = f32[{rows},2] collective-permute(next), source_target_pairs={pairs}
+  pid = u32[] partition-id()
+  two = u32[] constant(2)
+  one = u32[] constant(1)
+  tp = u32[] {coordinate}
+  zero = u32[] constant(0)
+  first = pred[] compare(tp, zero), direction={direction}
+  pick = pred[{rows},2] broadcast(first), dimensions={{}}
+  ROOT y = f32[{rows},2] select(pick, own, moved)
+}}
+"""
+
+ONE_AXIS = dict(devices=2, rows=16, pairs="{{0,1}}", coordinate="remainder(pid, two)")
+# dp=2 x tp=2, x split over dp by rows as well: device 2 dp + tp
+TWO_AXES = dict(devices=4, rows=8, pairs="{{0,1},{2,3}}", coordinate="remainder(pid, two)")
+
+
+def _verify(tmp_path: Path, mesh: str, template: str = DISTRIBUTED, **fields) -> str:
+    fields = {**ONE_AXIS, "direction": "EQ", **fields}
+    (tmp_path / "base.hlo").write_text(BASELINE)
+    (tmp_path / "dist.hlo").write_text(template.format(**fields))
+    layout = "shard(0, dp) shard(1, tp)" if "dp" in mesh else "shard(1, tp)"
+    relations = {"inputs": {"x": layout}, "outputs": [layout]}
+    (tmp_path / "rel.json").write_text(json.dumps(relations))
+    report = verify_files(
+        str(tmp_path / "base.hlo"),
+        str(tmp_path / "dist.hlo"),
+        REPO / "rules",
+        mesh=mesh,
+        relations=str(tmp_path / "rel.json"),
+    )
+    return report.verdict
+
+
+def test_a_window_handed_to_a_neighbour_is_the_devices_block(tmp_path):
+    assert _verify(tmp_path, "tp=2") == "equivalent"
+
+
+def test_the_same_within_each_group_of_a_two_axis_mesh(tmp_path):
+    assert _verify(tmp_path, "dp=2,tp=2", **TWO_AXES) == "equivalent"
+
+
+@pytest.mark.parametrize(
+    "wrong",
+    [
+        {"direction": "NE"},  # each device picks the other's window
+        {"pairs": "{{1,0}}"},  # the window sent the wrong way
+    ],
+    ids=["wrong_pick", "wrong_permute"],
+)
+def test_a_wrong_pick_or_permute_is_not_proved(tmp_path, wrong):
+    assert _verify(tmp_path, "tp=2", **wrong) != "equivalent"
+
+
+def test_a_window_from_another_row_block_is_not_proved(tmp_path):
+    """The permute crosses dp: device 1 gets device 2's window, whose rows are the other dp
+    block's."""
+    crossed = {**TWO_AXES, "pairs": "{{2,1},{0,3}}"}
+    assert _verify(tmp_path, "dp=2,tp=2", **crossed) != "equivalent"
+
+
+def test_a_window_at_the_wrong_offset_is_not_proved(tmp_path):
+    wrong = DISTRIBUTED.replace("[4:6]}}", "[3:5]}}")
+    assert wrong != DISTRIBUTED
+    assert _verify(tmp_path, "tp=2", wrong) != "equivalent"
