@@ -62,11 +62,13 @@ def _through(
     for o in operand.operands:
         inner = graph.node(o)
         deeper, next_id = _through(graph, reshape, inner, next_id, depth + 1)
-        if deeper is None and inner.op == "broadcast" and not inner.attrs.get("dims"):
-            # a scalar fill: fill the new shape instead (the old fill keeps only elementwise
-            # users, so its term stays size-free)
+        kept = _kept_through(reshape, inner) if deeper is None else None
+        if kept is not None:
+            # a broadcast: broadcast to the new shape instead (the old one keeps only
+            # elementwise users, so its term may stay size-free)
+            attrs = {**inner.attrs, "dims": kept}
             deeper, next_id = _add(
-                graph, inner, "broadcast", inner.operands, next_id, inner.attrs, reshape.shape
+                graph, inner, "broadcast", inner.operands, next_id, attrs, reshape.shape
             )
         if deeper is None:
             deeper, next_id = _add(
@@ -74,6 +76,23 @@ def _through(
             )
         moved.append(deeper)
     return _add(graph, operand, operand.op, tuple(moved), next_id, operand.attrs, reshape.shape)
+
+
+def _kept_dims_through(reshape: Node, dims: tuple[int, ...]) -> tuple[int, ...] | None:
+    """A broadcast's kept dims after a unit-dim reshape (a split inserts the unit dim after
+    `dim`, a merge removes it); None when the merged unit dim is one the broadcast keeps."""
+    k = reshape.attrs["dim"]
+    if reshape.op == "split":
+        return tuple(j if j <= k else j + 1 for j in dims)
+    if k + 1 in dims:
+        return None
+    return tuple(j if j <= k else j - 1 for j in dims)
+
+
+def _kept_through(reshape: Node, operand: Node) -> tuple[int, ...] | None:
+    if operand.op != "broadcast":
+        return None
+    return _kept_dims_through(reshape, tuple(operand.attrs.get("dims", ())))
 
 
 def _add(

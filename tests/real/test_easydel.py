@@ -1,10 +1,11 @@
 """EasyDeL's Llama (a JAX LLM library from the package index), sharded by its own partition
 rules and partitioned by XLA's SPMD partitioner: the per-device program proved equivalent to
 the global one at tensor 2 and 4 and on meshes of up to three axes (and Qwen3, Gemma2,
-Mistral and Phi-3 on three), and an all-reduce taken out of the partitioned program caught. The
-programs are the `easydel/*.hlo.gz` pairs that `easydel/export.py` dumps (EasyDeL needs a
-venv of its own; see there): the default forward, whose positions come from a scan that
-stacks its outputs with a dynamic-update-slice, and one given a mask and positions."""
+Mistral, Phi-3 and Cohere2 on three), and an all-reduce taken out of the partitioned
+program caught. The programs are the `easydel/*.hlo.gz` pairs that `easydel/export.py`
+dumps (EasyDeL needs a venv of its own; see there): the default forward, whose positions
+come from a scan that stacks its outputs with a dynamic-update-slice, and one given a mask
+and positions."""
 
 from __future__ import annotations
 
@@ -60,6 +61,9 @@ CASES = {  # the stored pair -> EasyDeL's mesh (dp, fsdp, ep, tp, sp)
     # Phi-3's fused [q | k | v] and [gate | up] products split over tp as one block: XLA
     # reshards each part with windows handed between the tp devices (device_windows.py)
     "phi3_fsdp2_tp2_sp2_mask": "dp=1,fsdp=2,ep=1,tp=2,sp=2",
+    # Cohere2's interleaved RoPE: cos and sin broadcast across each device's heads, then
+    # stacked with a unit dim (its moved form broadcasts to the stacked shape directly)
+    "cohere2_fsdp2_tp2_sp2_mask": "dp=1,fsdp=2,ep=1,tp=2,sp=2",
 }
 
 
