@@ -91,3 +91,32 @@ def test_a_cut_of_looked_up_rows_moves_into_the_table():
     rng = np.random.default_rng(0)
     values = run_baseline(moved, {i: random_input(graph.node(i), rng) for i in graph.inputs})
     assert pairs_agree(moved, values) >= 1
+
+
+UNIT_STACK = """\
+HloModule stack
+ENTRY main {
+  x = f32[2,3,4] parameter(0)
+  c = f32[2,4] parameter(1)
+  cb = f32[2,3,4] broadcast(c), dimensions={0,2}
+  m = f32[2,3,4] multiply(x, cb)
+  ROOT s = f32[2,3,4,1] reshape(m)
+}
+"""
+
+
+def test_a_unit_dim_moved_through_a_broadcast_operand_broadcasts_to_the_new_shape():
+    """`reshape(x * broadcast(c))` with a new unit dim: the moved form multiplies the reshaped
+    x by a broadcast of c straight to the new shape (no reshape of the broadcast, which
+    would pin its sizes), and equals the original."""
+    from scalify.frontends import parse_graph_text
+
+    graph = parse_graph_text(UNIT_STACK, "stack.hlo")
+    forms = alternative_forms(graph)
+    added = [n for n in forms.nodes.values() if n.id not in graph.nodes]
+    assert any(n.op == "broadcast" and n.shape == (2, 3, 4, 1) for n in added)
+    (broadcast,) = [n.id for n in graph.nodes.values() if n.name == "cb"]
+    assert not any(broadcast in n.operands for n in added)
+    rng = np.random.default_rng(0)
+    inputs = {i: random_input(graph.node(i), rng) for i in graph.inputs}
+    assert pairs_agree(forms, run_baseline(forms, inputs)) >= 1
