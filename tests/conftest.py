@@ -100,6 +100,16 @@ def exported_programs(folder: str):
     return programs
 
 
+def rules_with(folder: Path, name: str, text: str) -> Path:
+    """A rules folder at `folder`: the shipped rules plus one file `name` holding `text` (a
+    user's own declarations, as a scratch rules folder holds them)."""
+    import shutil
+
+    shutil.copytree(REPO / "rules", folder, ignore=shutil.ignore_patterns("tests"))
+    (folder / name).write_text(text)
+    return folder
+
+
 def export_example(script: Path, out: Path, *args: str) -> Path:
     """Run an example's export.py (JAX must start with its own device count, so not
     in-process) and return the folder it wrote."""

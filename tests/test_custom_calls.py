@@ -4,12 +4,11 @@ report names it with the line to write, and bad declarations are errors at their
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import REPO, run_cli
+from conftest import REPO, rules_with, run_cli
 from scalify.compiler.compile import compile_rule_dir, compile_texts
 
 from scalify.custom_calls import undeclared_note
@@ -29,10 +28,7 @@ custom_call "VendorRmsNorm" = rms_norm(0, 1, 2)
 @pytest.fixture()
 def scratch_rules(tmp_path: Path) -> Path:
     """The shipped rules plus a vendor's declarations, in a folder of their own."""
-    folder = tmp_path / "rules"
-    shutil.copytree(REPO / "rules", folder, ignore=shutil.ignore_patterns("tests"))
-    (folder / "vendor.srl").write_text(DECLARATIONS)
-    return folder
+    return rules_with(tmp_path / "rules", "vendor.srl", DECLARATIONS)
 
 
 def test_declared_custom_calls_are_proved(scratch_rules):

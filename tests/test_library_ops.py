@@ -6,12 +6,11 @@ token's partial expert output into its row with a custom scatter-add, as torchti
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import REPO
+from conftest import rules_with
 
 torch = pytest.importorskip("torch")
 
@@ -26,24 +25,19 @@ from scalify.frontends.fx import graph_from_fx  # noqa: E402
 from scalify.simulate.spmd import run_baseline  # noqa: E402
 
 
-@torch.library.custom_op("scalify_test::rows_added", mutates_args=())
-def rows_added(out: torch.Tensor, index: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
-    return out.scatter_add(0, index, src)
+def _scatter_add_op(name: str, dim: int):
+    """A library op `scalify_test::NAME` computing `out.scatter_add(dim, index, src)`."""
+
+    def scatter_add(out: torch.Tensor, index: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+        return out.scatter_add(dim, index, src)
+
+    op = torch.library.custom_op(f"scalify_test::{name}", mutates_args=())(scatter_add)
+    op.register_fake(lambda out, index, src: torch.empty_like(out))
+    return op
 
 
-@rows_added.register_fake
-def _(out: torch.Tensor, index: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
-    return torch.empty_like(out)
-
-
-@torch.library.custom_op("scalify_test::columns_added", mutates_args=())
-def columns_added(out: torch.Tensor, index: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
-    return out.scatter_add(1, index, src)
-
-
-@columns_added.register_fake
-def _(out: torch.Tensor, index: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
-    return torch.empty_like(out)
+rows_added = _scatter_add_op("rows_added", 0)
+columns_added = _scatter_add_op("columns_added", 1)
 
 
 DECLARATION = 'custom_call "scalify_test::rows_added" = scatter_add[dim=0](0, 1, 2)\n'
@@ -70,10 +64,7 @@ def combine_not_reduced(h, w, token_of_row):
 @pytest.fixture()
 def scratch_rules(tmp_path: Path) -> Path:
     """The shipped rules plus the declaration, in a folder of their own."""
-    folder = tmp_path / "rules"
-    shutil.copytree(REPO / "rules", folder, ignore=shutil.ignore_patterns("tests"))
-    (folder / "scratch.srl").write_text(DECLARATION)
-    return folder
+    return rules_with(tmp_path / "rules", "scratch.srl", DECLARATION)
 
 
 def _check(parallel, rules=None):
@@ -101,10 +92,8 @@ def test_a_declared_library_op_does_not_hide_a_missing_reduction(scratch_rules):
     assert _check(combine_not_reduced, scratch_rules).verdict == "not_equivalent"
 
 
-def test_an_undeclared_library_op_is_named_with_the_line_to_write(tmp_path):
-    folder = tmp_path / "rules"
-    shutil.copytree(REPO / "rules", folder, ignore=shutil.ignore_patterns("tests"))
-    report = _check(combine_row_parallel, folder)
+def test_an_undeclared_library_op_is_named_with_the_line_to_write():
+    report = _check(combine_row_parallel)  # the shipped rules declare no scalify_test op
     assert report.verdict == "unknown"
     notes = " ".join(report.notes)
     assert "custom call `scalify_test::rows_added` has no declared meaning" in notes
