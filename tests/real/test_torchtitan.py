@@ -98,6 +98,14 @@ def _line(path_suffix: str, text: str) -> int:
     return next(i for i, line in enumerate(lines, 1) if text in line)
 
 
+ATTENTION_OUT = {  # where each family's attention makes its output projection's product
+    "llama3": ("torchtitan/models/common/attention.py", "return self.wo(out_BLD)"),
+    "qwen3": ("torchtitan/models/common/attention.py", "return self.wo(out_BLD)"),
+    "qwen3_moe": ("torchtitan/models/common/attention.py", "return self.wo(out_BLD)"),
+    "deepseek_v3": ("torchtitan/models/deepseek_v3/model.py", "return self.wo(output)"),
+}
+
+
 @pytest.mark.parametrize(
     "name, edit, origin",
     [
@@ -105,21 +113,21 @@ def _line(path_suffix: str, text: str) -> int:
             # the vocab-parallel embedding's partial sum declared complete: never reduced
             "embedding_partial_declared_replicate",
             lambda c: _source_out(c.tok_embeddings, "R"),
-            ("torchtitan/models/common/embedding.py", "return out * mask"),
+            lambda family: ("torchtitan/models/common/embedding.py", "return out * mask"),
         ),
         (
             # the attention output projection's partial sum declared complete
             "wo_partial_declared_replicate",
             lambda c: _source_out(c.layers[0].attention.wo, "R"),
-            ("torchtitan/models/common/attention.py", "return self.wo(out_BLD)"),
+            ATTENTION_OUT.get,
         ),
     ],
 )
-@pytest.mark.parametrize("family", ["llama3", "qwen3"])
+@pytest.mark.parametrize("family", list(ATTENTION_OUT))
 def test_plan_entry_bugs_are_caught_at_torchtitan_lines(name, edit, origin, family):
     report = check("spmd_types", family=family, tp=2, plan_edit=edit)
     assert report.verdict == "not_equivalent"
     first = report.suspects[0]
-    file, text = origin
+    file, text = origin(family)
     assert f"{file}:{_line(file, text)}" in first.reason, (name, first.file, first.reason)
     assert first.file.startswith("torchtitan/"), first.file
