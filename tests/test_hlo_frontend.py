@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from scalify.errors import ScalifyError
-from scalify.frontends.hlo import _groups, _hlo_sharding, _shape_leaves, load_hlo, parse_hlo
+from scalify.frontends.hlo import load_hlo, parse_hlo
+from scalify.frontends.hlo_attributes import _groups, _hlo_sharding, _shape_leaves
 from scalify.ir import Graph, Node, TileSharding
 from scalify.ops import CANONICAL_OPS
 
@@ -423,7 +424,7 @@ def test_attribute_parsers() -> None:
     assert _groups("[2,4]<=[2,2,2]T(2,1,0)") == ((0, 4, 2, 6), (1, 5, 3, 7))
     assert _groups("mesh['x'=8] {'x':(2)2}") == ((0, 2), (1, 3), (4, 6), (5, 7))  # sub-axis
     assert _groups("mesh['a'=2,'b'=4] {'b','a'}") == ((0, 4, 1, 5, 2, 6, 3, 7),)
-    from scalify.frontends.hlo import _array_of
+    from scalify.frontends.hlo_syntax import _array_of
 
     class Tok(str):
         pass
