@@ -55,8 +55,12 @@ class Windows:
 
 
 def with_window_forms(graph: Graph, mesh: Mesh) -> Graph:
-    """A copy of `graph` with the equal form above beside each node it holds for."""
-    if mesh.size < 2 or not any(n.op in MOVING for n in graph.nodes.values()):
+    """A copy of `graph` with the equal form above beside each node it holds for. Only a
+    module that names its device count, and names the mesh's, is evaluated per device: a
+    permute's pairs and a device's id mean what they say only there."""
+    if mesh.size < 2 or graph.num_partitions != mesh.size:
+        return graph
+    if not any(n.op in MOVING for n in graph.nodes.values()):
         return graph
     reader = _WindowReader(graph, mesh)
     copy = replace(graph, nodes=dict(graph.nodes), equalities=list(graph.equalities))

@@ -95,3 +95,11 @@ def test_a_window_at_the_wrong_offset_is_not_proved(tmp_path):
     wrong = DISTRIBUTED.replace("[4:6]}}", "[3:5]}}")
     assert wrong != DISTRIBUTED
     assert _verify(tmp_path, "tp=2", wrong) != "equivalent"
+
+
+def test_a_module_that_names_no_device_count_is_not_evaluated_per_device(tmp_path):
+    """The pass reads a permute's pairs and the partition id as the mesh's only where the
+    module says it runs on that many devices."""
+    unnamed = DISTRIBUTED.replace("HloModule dist, num_partitions={devices}", "HloModule dist")
+    assert unnamed != DISTRIBUTED
+    assert _verify(tmp_path, "tp=2", unnamed) != "equivalent"
