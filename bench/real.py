@@ -2,16 +2,15 @@
 
     python bench/real.py [--out bench/real_results.json]
 
-One row per model of tests/real (torchtitan's Llama3 with its TP plan, transformers'
-LlamaForCausalLM with DistributedConfig, transformers-neuronx Llama graphs as torch-neuronx
-lowered them, Megatron-core's GPTModel training step, EasyDeL's Llama partitioned by XLA
-with tensor and sequence parallelism): the whole `check_equivalent` or `verify_files` call
-(tracing or loading both programs, the device probes, proving) and the prove phase alone,
-side by side, plus the ratios tp 4 / tp 2, tp 8 / tp 2, sp 4 / sp 2 and 8 layers / 1 layer
-(the proof must not grow with the parallel degree). Entangle's published times for the
-same Neuron graphs (16 cores) are printed beside ours. Needs the `real` extra
-(tests/real/README.md).
-"""
+One row per model of tests/real (torchtitan's Llama3, Qwen3, Qwen3-MoE and DeepSeek-V3 with
+their TP plans, transformers' LlamaForCausalLM with DistributedConfig, transformers-neuronx
+Llama graphs as torch-neuronx lowered them, Megatron-core's GPTModel training step,
+EasyDeL's Llama and Phi-3 partitioned by XLA with tensor and sequence parallelism): the
+whole `check_equivalent` or `verify_files` call (tracing or loading both programs, the
+device probes, proving) and the prove phase alone, side by side, plus the ratios tp 4 /
+tp 2, tp 8 / tp 2, sp 4 / sp 2 and 8 layers / 1 layer (the proof must not grow with the
+parallel degree). Entangle's published times for the same Neuron graphs (16 cores) are
+printed beside ours. Needs the `real` extra (tests/real/README.md)."""
 
 from __future__ import annotations
 
@@ -28,14 +27,19 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "real"))
 
 
+LLAMA3_RUNS = ((2, False, 4, 2), (2, True, 4, 2), (4, False, 8, 4), (4, True, 8, 4))
+
+
 def torchtitan_rows() -> list[tuple[str, float, float, str]]:
     from titan_models import build, tokens
 
     from scalify.api import check_equivalent
 
     rows = []
-    for tp, sp, heads, kv in ((2, False, 4, 2), (2, True, 4, 2), (4, False, 8, 4), (4, True, 8, 4)):
-        baseline, model, mesh, context = build(tp, sp=sp, heads=heads, kv_heads=kv)
+    runs = [("llama3", tp, sp, heads, kv) for tp, sp, heads, kv in LLAMA3_RUNS]
+    runs += [(family, 2, False, 4, 2) for family in ("qwen3", "qwen3_moe", "deepseek_v3")]
+    for family, tp, sp, heads, kv in runs:
+        baseline, model, mesh, context = build(tp, family=family, sp=sp, heads=heads, kv_heads=kv)
         start = time.perf_counter()
         with context():
             report = check_equivalent(
@@ -46,7 +50,7 @@ def torchtitan_rows() -> list[tuple[str, float, float, str]]:
                 relations={"outputs": ["shard(2, tp)"]},
             )
         total = time.perf_counter() - start
-        name = f"torchtitan llama3 tp={tp}{' sp' if sp else ''}"
+        name = f"torchtitan {family} tp={tp}{' sp' if sp else ''}"
         rows.append((name, total, report.stats["seconds"].get("prove", 0.0), report.verdict))
     return rows
 
@@ -141,6 +145,7 @@ def easydel_rows() -> list[tuple[str, float, float, str]]:
         "tp2_sp2": "dp=1,fsdp=1,ep=1,tp=2,sp=2",
         "fsdp2_tp2_sp2": "dp=1,fsdp=2,ep=1,tp=2,sp=2",
         "dp2_tp2_sp2_mask": "dp=2,fsdp=1,ep=1,tp=2,sp=2",
+        "phi3_fsdp2_tp2_sp2_mask": "dp=1,fsdp=2,ep=1,tp=2,sp=2",
     }
     rows = []
     for case, mesh in meshes.items():
@@ -154,7 +159,7 @@ def easydel_rows() -> list[tuple[str, float, float, str]]:
         total = time.perf_counter() - start
         rows.append(
             (
-                f"easydel llama {case}",
+                f"easydel {case if case.startswith('phi3') else 'llama ' + case}",
                 total,
                 report.stats["seconds"].get("prove", 0.0),
                 report.verdict,
