@@ -536,3 +536,48 @@ def test_large_module_is_linear(tmp_path: Path) -> None:
     elapsed = time.perf_counter() - start
     assert len(g.nodes) > 70_000
     assert elapsed < 30, elapsed
+
+
+CONDITIONAL = """\
+HloModule cond
+double {
+  a = f32[4] parameter(0)
+  ROOT d = f32[4] add(a, a)
+}
+negated {
+  b = f32[4] parameter(0)
+  ROOT n = f32[4] negate(b)
+}
+shifted {
+  c = f32[4] parameter(0)
+  one = f32[] constant(1)
+  ones = f32[4] broadcast(one), dimensions={}
+  ROOT s = f32[4] add(c, ones)
+}
+ENTRY main {
+  x = f32[4] parameter(0)
+  i = s32[] parameter(1)
+  p = pred[] parameter(2)
+  by_index = f32[4] conditional(i, x, x, x), branch_computations={double, negated, shifted}
+  ROOT r = f32[4] conditional(p, by_index, x), true_computation=negated, false_computation=double
+}
+"""
+
+
+@pytest.mark.parametrize("index", [-1, 0, 1, 2, 5])
+@pytest.mark.parametrize("flag", [True, False])
+def test_a_conditional_is_the_branch_its_index_or_predicate_picks(index, flag):
+    """Every branch lowered, the result picked as HLO picks it: the predicate's true branch,
+    the index's branch, the last one for an index out of range."""
+    import numpy as np
+
+    from scalify.simulate.spmd import run_baseline
+
+    graph = parse_hlo(CONDITIONAL, "cond.hlo")
+    assert not graph.opaque_nodes()
+    x = np.array([1.0, -2.0, 3.0, 0.5])
+    inputs = (x, np.array(index), np.array(flag))
+    values = run_baseline(graph, dict(zip(graph.inputs, inputs, strict=True)))
+    branch = {0: x + x, 1: -x}.get(index, x + 1.0)
+    expected = -branch if flag else x + x
+    np.testing.assert_allclose(values[graph.outputs[0]], expected)

@@ -388,6 +388,43 @@ class _Lowering:
                     order.append(ins)
         return order
 
+    def conditional(
+        self, ins: _Instr, vals: list[_Value], shape: _Array, loc: SourceLoc | None, fop: str
+    ) -> _Value:
+        """HLO `conditional` with one array result: every branch lowered on its operand, and
+        the result picked by the predicate (`true_computation`/`false_computation`) or the
+        branch index (`branch_computations`; an index out of range picks the last branch).
+        Branches are pure, so this is exact; where the index folds to a literal (JAX's
+        `lax.cond` on a configuration value), literal folding keeps the branch taken."""
+        if any(not isinstance(v, int) for v in vals):
+            return self.opaque(ins, vals, loc, fop)
+        index, operands = vals[0], vals[1:]
+        if self.attr(ins, "branch_computations") is not None:
+            names = (self.attr(ins, "branch_computations") or "").strip().strip("{}").split(",")
+            branches = [self.comps.get(_strip_pct(n.strip())) for n in names]
+        else:
+            branches = [self.called(ins, "true_computation"), self.called(ins, "false_computation")]
+        if any(b is None for b in branches) or len(branches) != len(operands):
+            raise self.error("conditional: one operand per branch computation expected", ins.token)
+        results = [self.evaluate(b, [o], loc) for b, o in zip(branches, operands, strict=True)]
+        if any(not isinstance(r, int) for r in results):
+            return self.opaque(ins, vals, loc, fop)
+        predicate = self.nodes[index]
+        picked = results[-1]
+        for k in range(len(results) - 2, -1, -1):
+            if predicate.dtype == "pred":
+                chosen = index  # true_computation is branch 0
+            else:
+                scalar = _Array(predicate.dtype, ())
+                k_id = self.new("constant", (), scalar, {"value": str(k)}, ins, loc, fop)
+                eq = {"direction": "EQ"}
+                chosen = self.new("compare", (index, k_id), _Array("pred", ()), eq, ins, loc, fop)
+            if shape.dims:
+                spread = _Array("pred", shape.dims)
+                chosen = self.new("broadcast", (chosen,), spread, {"dims": ()}, ins, loc, fop)
+            picked = self.new("select", (chosen, results[k], picked), shape, {}, ins, loc, fop)
+        return picked
+
     def called(self, ins: _Instr, key: str) -> _Comp:
         raw = self.attr(ins, key)
         if raw is None:
@@ -515,6 +552,8 @@ class _Lowering:
             return self.custom_call(ins, vals, loc, fop)
         if opcode == "while" and len(vals) == 1:
             return self.while_loop(ins, vals[0], loc, fop)
+        if opcode == "conditional" and isinstance(shape, _Array):
+            return self.conditional(ins, vals, shape, loc, fop)
         if any(not isinstance(v, int) for v in vals):
             return self.opaque(ins, vals, loc, fop)
         if opcode in _COLLECTIVES:
