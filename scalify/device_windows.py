@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from .coordinate_form import device_coordinate
 from .device_tables import DeviceScalars
 from .ir import Graph, Node, place_after
 from .mesh import Mesh
@@ -274,11 +275,7 @@ def _form(
         source.dtype,
         {"starts": tuple(starts), "limits": tuple(limits), "strides": (1,) * len(starts)},
     )
-    pid = add("rank_index", (), (), "u32", {"kind": "partition"})
-    by = add("constant", (), (), "u32", {"value": str(stride)})
-    count = add("constant", (), (), "u32", {"value": str(n)})
-    coord = add("rem", (add("div", (pid, by), (), "u32", {}), count), (), "u32", {})
-    coord = add("convert", (coord,), (), "s32", {"dtype": "s32"})
+    coord = device_coordinate(add, n, stride, "s32")
     step = add("constant", (), (), "s32", {"value": str(width)})
     offset = add("mul", (coord, step), (), "s32", {})
     add(

@@ -56,6 +56,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+from scalify.coordinate_form import device_coordinate
 from scalify.errors import ScalifyError
 from scalify.frames import pick_location
 from scalify.frontends.common import prune_and_renumber
@@ -1782,10 +1783,9 @@ class _Lowering:
         args = fx_node.args
         if name == "device_coordinate":  # (partition id / stride) % size, as XLA writes it
             size, stride = int(args[0]), int(args[1])
-            pid = self.new("rank_index", (), (), "u32", {"kind": "partition"})
-            quotient = self.new("div", (pid, self.constant(stride, "u32")), (), "u32")
-            coord = self.new("rem", (quotient, self.constant(size, "u32")), (), "u32")
-            return self.new("convert", (coord,), (), "s64", {"dtype": "s64"}, final=True)
+            coord = device_coordinate(self.new, size, stride, "s64")
+            self.nodes[coord].name = self.current.name  # the traced node's own name
+            return coord
         if name == "chunk_at":  # x.chunk(chunks, dim)[index]: a slice at index * size
             x, index = self.tensor(args[0]), self.tensor(args[3])
             dim, chunks = int(args[1]), int(args[2])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from scalify.coordinate_form import device_coordinate
 from scalify.ir import Node
 from scalify.layout import Placement, local_shape
 from scalify.values import NotSimulable, host
@@ -174,12 +175,8 @@ def one_device_select(b) -> int:
 
 def _device_coordinate(b, stride: int, n: int) -> int:
     """(partition id / s) % n as s32, with s and n right most of the time."""
-    pid = b.dist_only("rank_index", (), (), "u32", {"kind": "partition"})
-    s = b.dist_only("constant", (), (), "u32", {"value": str(b.maybe_wrong(stride))})
-    q = b.dist_only("div", (pid, s), (), "u32", {})
-    m = b.dist_only("constant", (), (), "u32", {"value": str(b.maybe_wrong(n))})
-    r = b.dist_only("rem", (q, m), (), "u32", {})
-    return b.dist_only("convert", (r,), (), "s32", {})
+    stride = b.maybe_wrong(stride)
+    return device_coordinate(b.dist_only, b.maybe_wrong(n), stride, "s32")
 
 
 # in_block / block_offset: is an index in this device's block, and where in it
