@@ -196,6 +196,10 @@ def expand_custom_calls(graph: Graph, declared: dict[str, CustomCall]) -> None:
         if target is None or target not in declared:
             return []
         declaration = declared[target]
+        if "tuple_index" in node.attrs:  # one result of several: a meaning has one
+            node.attrs["declared_but_unfit"] = declaration.where
+            node.attrs["unfit_because"] = "it returns several results and a meaning has one"
+            return []
         if max(declaration.operands, default=-1) >= len(node.operands):
             node.attrs["declared_but_unfit"] = declaration.where
             return []
@@ -217,15 +221,15 @@ def undeclared_note(graph_nodes: list[Node]) -> str:
     write (or why the declaration did not fit)."""
     lines = []
     for target in sorted({t for n in graph_nodes if (t := target_of(n))}):
-        unfit = next(
-            (
-                n.attrs["declared_but_unfit"]
-                for n in graph_nodes
-                if target_of(n) == target and "declared_but_unfit" in n.attrs
-            ),
+        marked = next(
+            (n for n in graph_nodes if target_of(n) == target and "declared_but_unfit" in n.attrs),
             None,
         )
-        if unfit:
+        unfit = marked.attrs["declared_but_unfit"] if marked else None
+        because = marked.attrs.get("unfit_because") if marked else None
+        if unfit and because:
+            lines.append(f"custom call `{target}`: {because} (declared at {unfit})")
+        elif unfit:
             lines.append(
                 f"custom call `{target}`: its operands do not fit the meaning declared at {unfit}"
             )

@@ -129,3 +129,41 @@ def test_the_scatter_add_meaning_computes_torchs_scatter_add(name, op, dim):
     values = run_baseline(graph, inputs)
     expected = fn(out, src, column).numpy()
     np.testing.assert_allclose(values[graph.outputs[0]], expected, rtol=1e-6)
+
+
+@torch.library.custom_op("scalify_test::added_and_source", mutates_args=())
+def added_and_source(
+    out: torch.Tensor, index: torch.Tensor, src: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    return out.scatter_add(0, index, src), src.clone()
+
+
+@added_and_source.register_fake
+def _(out, index, src):
+    return torch.empty_like(out), torch.empty_like(src)
+
+
+def test_a_library_op_with_several_results_is_not_read_as_a_one_result_meaning(tmp_path):
+    """Each result of a two-result op would otherwise be built as the whole meaning (both as
+    the scatter-add): it stays opaque, and the report says why."""
+    declaration = 'custom_call "scalify_test::added_and_source" = scatter_add[dim=0](0, 1, 2)\n'
+    rules = rules_with(tmp_path / "rules", "scratch.srl", declaration)
+
+    def first(h, w, token_of_row):
+        out = torch.zeros(TOKENS, HIDDEN)
+        index = token_of_row.reshape(-1, 1).expand(-1, HIDDEN)
+        return added_and_source(out, index, h @ w)[0]
+
+    report = check_equivalent(
+        first,
+        first,
+        mesh=fake_mesh("tp=2"),
+        example_inputs=(
+            torch.randn(ROUTED, FFN),
+            torch.randn(FFN, HIDDEN),
+            torch.zeros(ROUTED, dtype=torch.long),
+        ),
+        rules=rules,
+    )
+    notes = " ".join(report.notes)
+    assert "`scalify_test::added_and_source`: it returns several results" in notes, notes
