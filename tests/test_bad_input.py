@@ -198,3 +198,21 @@ def test_a_shard_map_region_in_an_unpartitioned_program_is_refused(cli, tmp_path
     )
     result = cli("verify", str(manual), str(manual), "--mesh", "tp=2")
     assert_clean_error(result, "manual.hlo", "reshape `s`", "shard_map")
+
+
+@pytest.mark.parametrize(
+    "operands, branches, message",
+    [
+        ("x, x", "{%nothere, %nothere}", "%nothere names no computation"),
+        ("x", "{%same, %same}", "one operand per branch computation expected"),
+    ],
+    ids=["missing_branch", "operand_count"],
+)
+def test_a_conditional_that_cannot_be_read_is_refused(cli, tmp_path, operands, branches, message):
+    bad = tmp_path / "bad.hlo"
+    bad.write_text(
+        "HloModule bad\n\nsame {\n  a = f32[4] parameter(0)\n  ROOT b = f32[4] negate(a)\n}\n\n"
+        "ENTRY main {\n  x = f32[4] parameter(0)\n  i = s32[] parameter(1)\n"
+        f"  ROOT z = f32[4] conditional(i, {operands}), branch_computations={branches}\n}}\n"
+    )
+    assert_clean_error(cli("verify", str(bad), str(bad)), "bad.hlo:11:8", message)

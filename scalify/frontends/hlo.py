@@ -403,8 +403,12 @@ class _Lowering:
             names = (self.attr(ins, "branch_computations") or "").strip().strip("{}").split(",")
             branches = [self.comps.get(_strip_pct(n.strip())) for n in names]
         else:
-            branches = [self.called(ins, "true_computation"), self.called(ins, "false_computation")]
-        if any(b is None for b in branches) or len(branches) != len(operands):
+            names = ["true_computation", "false_computation"]
+            branches = [self.called(ins, key) for key in names]
+        missing = [n.strip() for n, b in zip(names, branches, strict=True) if b is None]
+        if missing:
+            raise self.error(f"conditional: {missing[0]} names no computation", ins.token)
+        if len(branches) != len(operands):
             raise self.error("conditional: one operand per branch computation expected", ins.token)
         results = [self.evaluate(b, [o], loc) for b, o in zip(branches, operands, strict=True)]
         if any(not isinstance(r, int) for r in results):
