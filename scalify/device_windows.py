@@ -73,7 +73,7 @@ def with_window_forms(graph: Graph, mesh: Mesh) -> Graph:
         found = _block_of_gathered(reader.of(node.id), node, graph, mesh)
         if found is None:
             continue
-        ids = _form(copy, node, reader.graph.node(found[0]), found[1:], mesh, next_id)
+        ids = _form(copy, node, found, mesh, next_id)
         next_id = ids[-1] + 1
         copy.equalities.append((node.id, ids[-1]))
         placed[node.id] = ids
@@ -205,8 +205,19 @@ def _cut(pieces: tuple[Piece, ...], lo: int, hi: int) -> tuple[Piece, ...] | Non
     return tuple(out) if sum(p.hi - p.lo for p in out) == hi - lo else None
 
 
-def _block_of_gathered(held: Windows | None, node: Node, graph: Graph, mesh: Mesh) -> tuple | None:
-    """(source, dim, axis, start) when every device holds one window of the node's width
+@dataclass(frozen=True)
+class Block:
+    """What a node holds on every device: its block along `dim` over `axis` of the slice of
+    `source`'s blocks, laid end to end along the axis, that starts at `start`."""
+
+    source: Node
+    dim: int
+    axis: str
+    start: int
+
+
+def _block_of_gathered(held: Windows | None, node: Node, graph: Graph, mesh: Mesh) -> Block | None:
+    """The block every device holds when it holds one window of the node's width
     at `start + width * coord(axis)` of the source's blocks laid end to end along the axis,
     taken from a device of its own group along that axis; None otherwise."""
     if held is None or any(len(p) != 1 or p[0].device is None for p in held.pieces):
@@ -225,16 +236,14 @@ def _block_of_gathered(held: Windows | None, node: Node, graph: Graph, mesh: Mes
             starts.add(length * theirs[axis] + piece.lo - width * mine[axis])
         else:
             if len(starts) == 1 and 0 <= min(starts) and min(starts) + width * n <= length * n:
-                return held.source, held.dim, axis, min(starts)
+                return Block(graph.node(held.source), held.dim, axis, min(starts))
     return None
 
 
-def _form(
-    graph: Graph, node: Node, source: Node, where: tuple, mesh: Mesh, next_id: int
-) -> list[int]:
+def _form(graph: Graph, node: Node, block: Block, mesh: Mesh, next_id: int) -> list[int]:
     """slice_at(slice(all_gather(source, d, a), start, start + w n), w * coord(a)): its new
     nodes in order, the form last."""
-    dim, axis, start = where
+    source, dim, axis, start = block.source, block.dim, block.axis, block.start
     n, width = mesh.axis_size(axis), node.shape[dim]
     stride = mesh.size // _prefix_size(mesh, axis)
     made: list[Node] = []
