@@ -27,7 +27,9 @@ from .ast import (
     Var,
 )
 from .signatures import (
+    ARITH_FUNCTIONS,
     AXES_FAMILY,
+    AXIS_FREE,
     COMMON_ATTRS,
     CONSTANT_NAMES,
     COORD,
@@ -41,6 +43,7 @@ from .signatures import (
     SIZE,
     SPLAT,
     VALUE_FUNCTIONS,
+    WHERE_ONLY_SPREADS,
 )
 
 DIST, BASE, OP, DIM, AXIS, SCALAR, STR = "dist", "base", "op", "dim", "axis", "scalar", "str"
@@ -195,8 +198,8 @@ class RuleChecker:
         if not isinstance(layout, App) or layout.name not in LAYOUTS:
             raise self.fail(
                 _span(layout),
-                "expected a layout: replicate, invariant(a), spread(dim, a), shard(dim, a) or "
-                "partial(op, a)",
+                "expected a layout: replicate, invariant(a), spread(dim, a), shard(dim, a), "
+                "partial(op, a), padded(dim, m, n, zero|any) or repeated(dim, k, u)",
             )
         if len(layout.args) != LAYOUTS[layout.name]:
             raise self.fail(layout.span, f"`{layout.name}` takes {LAYOUTS[layout.name]} arguments")
@@ -212,6 +215,18 @@ class RuleChecker:
                 layout.span,
                 "`spread` only constrains operands in `where`; a rewrite states `shard(d, a)`",
             )
+        if layout.name in WHERE_ONLY_SPREADS and not binding:
+            raise self.fail(
+                layout.span,
+                f"`{layout.name}` only constrains operands in `where`; a rewrite states "
+                "`padded(d, m, n, any)` or `repeated(d, k, u)`",
+            )
+        if layout.name in AXIS_FREE:
+            for arg in args[:3] if layout.name == "padded" else args:
+                self._dim_arg(arg, info, binding)
+            if layout.name == "padded":
+                self._content_arg(args[3], info, binding)
+            return
         if layout.name in ("shard", "spread", "rescaled_shard"):
             self._dim_arg(args[0], info, binding)
         if layout.name in PARTIAL_LIKE:
@@ -260,6 +275,14 @@ class RuleChecker:
         else:
             self._check_dim_expr(value, info)
 
+    def _content_arg(self, value: Value, info: RuleInfo, binding: bool) -> None:
+        """What a padding holds: `zero`, `any`, or a variable bound to one of them."""
+        if isinstance(value, Var) and value.name in CONSTANT_NAMES - {"zero", "any"}:
+            raise self.fail(value.span, "a padding holds `zero` or `any`")
+        if isinstance(value, App | IntLit | StrLit):
+            raise self.fail(_span(value), "a padding holds `zero` or `any`")
+        self._string_arg(value, info, binding)
+
     def _string_arg(self, value: Value, info: RuleInfo, binding: bool) -> None:
         if isinstance(value, Var) and value.name not in CONSTANT_NAMES:
             if binding:
@@ -278,6 +301,12 @@ class RuleChecker:
             if len(value.args) != 1 or not isinstance(value.args[0], Var):
                 raise self.fail(value.span, f"`{value.name}` takes one {role} variable")
             self._require_bound(value.args[0], info, role)
+            return
+        if isinstance(value, App) and value.name in ARITH_FUNCTIONS:
+            if len(value.args) != 2:
+                raise self.fail(value.span, f"`{value.name}` takes two dim expressions")
+            for arg in value.args:
+                self._check_dim_expr(arg, info)
             return
         if isinstance(value, App) and value.name == SIZE:
             if len(value.args) != 2 or not isinstance(value.args[0], Var):

@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 from .ast import App, Comparison, Equation, IntLit, Membership, Relation, StrLit, Value, Var
 from .check import RuleInfo
 from .signatures import (
+    ARITH_FUNCTIONS,
     AXES_FAMILY,
+    AXIS_FREE,
     COMMON_ATTRS,
     CONSTANT_NAMES,
     COORD,
@@ -25,6 +27,7 @@ from .signatures import (
     SIZE,
     SPLAT,
     VALUE_FUNCTIONS,
+    WHERE_ONLY_SPREADS,
 )
 
 
@@ -79,6 +82,11 @@ class _Lowering:
         if isinstance(value, Var):
             return self.string(value)
         args = value.args
+        if value.name in ARITH_FUNCTIONS:
+            lhs, rhs = self.dim(args[0]), self.dim(args[1])
+            if value.name == "quot":  # exact: no match where it leaves a remainder
+                self.query.append(f"(= (% {lhs} {rhs}) 0)")
+            return f"({ARITH_FUNCTIONS[value.name]} {lhs} {rhs})"
         if value.name == SIZE:
             size = self.fresh("size")
             self.query.append(f"(HasSize {self.var(args[0].name)} {self.dim(args[1])} {size})")
@@ -156,6 +164,22 @@ class _Lowering:
             self.query.append(f"(= {dist} {self.layout_term(self.var(clause.base.name), layout)})")
             shift = layout.args[0 if layout.name == "rescaled" else 2]
             self.in_query.update({clause.base.name, shift.name})
+        elif layout.name == "spread_padded" and self.spread_choice(clause) == "padded":
+            d, m, n = (self.dim(arg) for arg in layout.args)
+            padded = f'(Padded {self.var(clause.base.name)} {d} {m} {n} "any")'
+            self.query.append(f"(= {dist} {padded})")
+            self.in_query.add(clause.base.name)
+        elif layout.name == "spread_repeated" and self.spread_choice(clause) == "repeated":
+            d, k, u = (self.dim(arg) for arg in layout.args)
+            self.query.append(f"(= {dist} (Repeated {self.var(clause.base.name)} {d} {k} {u}))")
+            self.in_query.add(clause.base.name)
+        elif layout.name in WHERE_ONLY_SPREADS and self.spread_choice(clause) == "free":
+            self.query.append(f"(NewDim {dist} {self.dim(layout.args[0])})")
+            self.alias(clause.base.name, dist)
+        elif layout.name in AXIS_FREE - WHERE_ONLY_SPREADS:
+            term = self.layout_term(self.var(clause.base.name), layout)
+            self.query.append(f"(= {dist} {term})")
+            self.in_query.add(clause.base.name)
         elif layout.name == "shard" or (
             layout.name == "spread" and self.spread_choice(clause) == "shard"
         ):
@@ -168,7 +192,7 @@ class _Lowering:
             d, a = layout.args
             self.query.append(f"(FreeAlong {dist} {self.dim(d)} {self.string(a)})")
             self.alias(clause.base.name, dist)
-        elif layout.name == "spread":  # a scalar fill is the same along every dim
+        elif layout.name in SPREAD_ALTERNATIVES:  # a scalar fill is the same along every dim
             self.query.append(f"(= {dist} (Splat {self.fresh('c')} {self.fresh('dt')}))")
             self.alias(clause.base.name, dist)
         else:
@@ -206,6 +230,13 @@ class _Lowering:
         if layout.name == "partial":
             op, a = layout.args
             return f"(Partial {inner} {self.string(op)} {self.string(a)})"
+        if layout.name == "padded":
+            d, m, n, content = layout.args
+            sizes = f"{self.dim(d)} {self.dim(m)} {self.dim(n)}"
+            return f"(Padded {inner} {sizes} {self.string(content)})"
+        if layout.name == "repeated":
+            d, k, u = layout.args
+            return f"(Repeated {inner} {self.dim(d)} {self.dim(k)} {self.dim(u)})"
         if layout.name in RESCALED:
             first, a, shift, local, dims = layout.args
             kind = "shard" if layout.name == "rescaled_shard" else "partial"
@@ -228,7 +259,13 @@ class _Lowering:
 # layouts built over a baseline term and a baseline shift or divisor
 SHIFTED = frozenset({"rescaled", "log_partial", "normalised_partial"})
 
-SPREAD_ALTERNATIVES = ("shard", "free", "splat")
+# the ways of meeting each spread-like clause; the first is the real layout, which at least
+# one clause of a rule must take
+SPREAD_ALTERNATIVES = {
+    "spread": ("shard", "free", "splat"),
+    "spread_padded": ("padded", "free", "splat"),
+    "spread_repeated": ("repeated", "free", "splat"),
+}
 
 
 def lower_rule(info: RuleInfo, ruleset: str = "layout") -> list[EggRule]:
@@ -239,12 +276,15 @@ def lower_rule(info: RuleInfo, ruleset: str = "layout") -> list[EggRule]:
     spreads = [
         c
         for c in rule.where
-        if isinstance(c, Relation) and isinstance(c.layout, App) and c.layout.name == "spread"
+        if isinstance(c, Relation)
+        and isinstance(c.layout, App)
+        and c.layout.name in SPREAD_ALTERNATIVES
     ]
+    real = {alternatives[0] for alternatives in SPREAD_ALTERNATIVES.values()}
     combos = [
         dict(zip((id(c) for c in spreads), combo, strict=True))
-        for combo in itertools.product(SPREAD_ALTERNATIVES, repeat=len(spreads))
-        if not spreads or "shard" in combo
+        for combo in itertools.product(*(SPREAD_ALTERNATIVES[c.layout.name] for c in spreads))
+        if not spreads or real & set(combo)
     ]
     lowered = []
     for index, choices in enumerate(combos):

@@ -40,13 +40,30 @@ LAYOUTS: dict[str, int] = {
     "rescaled": 3,
     "log_partial": 3,
     "normalised_partial": 4,
+    # layouts of a baseline value itself, not of a device's block (a shard of them is how a
+    # device holds a padded or repeated weight): (d, m, n, content) the value padded at the end
+    # of dim d from size m to size n with zeros (`zero`) or with values nothing may read
+    # (`any`);
+    # (d, k, u) every run of u elements along d repeated k times (KV heads repeated to match
+    # the q heads)
+    "padded": 4,
+    "repeated": 3,
+    # `spread_padded(d, m, n)` (only in `where`): padded along d from m to n with values
+    # nothing reads,
+    # or the same all along d (a scalar fill, a broadcast making d a new dim)
+    "spread_padded": 3,
+    # `spread_repeated(d, k, u)` (only in `where`): repeated along d, or the same all along d
+    "spread_repeated": 3,
 }
+# layouts with no mesh axis
+AXIS_FREE = frozenset({"padded", "repeated", "spread_padded", "spread_repeated"})
+WHERE_ONLY_SPREADS = frozenset({"spread_padded", "spread_repeated"})
 RESCALED = frozenset({"rescaled_shard", "rescaled_partial"})
 # layouts whose first argument is a partial's op and second its axis
 PARTIAL_LIKE = frozenset({"partial", "rescaled_partial", "log_partial", "normalised_partial"})
 
 # Bare names that are constants, not variables, where a string is expected.
-CONSTANT_NAMES = frozenset({"sum", "max", "min", "prod", "float", "int", "pred"})
+CONSTANT_NAMES = frozenset({"sum", "max", "min", "prod", "float", "int", "pred", "zero", "any"})
 
 # Dim functions over an op's signature: `outdim(k, d)` is where dim d of operand k lands in
 # the output (negative when consumed: -1-i for the i-th contracted pair or a reduced dim);
@@ -61,6 +78,10 @@ VALUE_FUNCTIONS: dict[str, tuple[str, str]] = {
     "axisstride": ("AxisStride", "axis"),
     "litint": ("LitI", "scalar"),
 }
+
+# Integer arithmetic in dim expressions: `quot(n, q)` (exact division: where q does not
+# divide n the rule does not match), `times(n, q)`, `plus(n, q)`.
+ARITH_FUNCTIONS: dict[str, str] = {"quot": "/", "times": "*", "plus": "+"}
 
 # `size(X, d)`: the size of dim d of the distributed operand X, where the engine states it
 # (the tables of lookups: `take` and `take_along`); a rule that asks elsewhere never matches.

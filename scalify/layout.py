@@ -18,7 +18,10 @@ from .mesh import Mesh
 @dataclass(frozen=True, order=True)
 class Placement:
     # "shard" | "partial" | "rescaled" (times exp(g - f) along dims `op`) | "log" (log of
-    # the value plus a shift) | "normalised" (divided by a partial sum along dims `op`)
+    # the value plus a shift) | "normalised" (divided by a partial sum along dims `op`) |
+    # "padded" (dim `dim` padded at its end to `size`; zeros in an input, unread in an
+    # output) | "repeated" (each run of `unit` elements along `dim` repeated `size` times).
+    # The last two have no axis: they say what value a later shard of the dim cuts.
     kind: str
     axis: str
     dim: int = -1
@@ -27,10 +30,34 @@ class Placement:
     # the device holds its block of every part, in part order (Megatron's partition_stride,
     # DTensor's _StridedShard, here with unequal parts). Empty: one part, a plain shard.
     parts: tuple[int, ...] = ()
+    # per part, the padded or repeated placements that make the value whose block a device
+    # holds (empty, or one layout per part: a head count that does not divide by the axis)
+    part_values: tuple[tuple[Placement, ...], ...] = ()
+    size: int = 0
+    unit: int = 1
+
+    def part_sizes(self) -> tuple[int, ...]:
+        """The sizes of the parts' values, which the axis splits (baseline units)."""
+        if not self.part_values:
+            return self.parts
+        return tuple(
+            _value_size(size, self.dim, values)
+            for size, values in zip(self.parts, self.part_values, strict=True)
+        )
 
     def __str__(self) -> str:
+        if self.kind == "padded":
+            return f"padded({self.dim}, {self.size})"
+        if self.kind == "repeated":
+            unit = f", {self.unit}" if self.unit != 1 else ""
+            return f"repeated({self.dim}, {self.size}{unit})"
         if self.kind == "shard" and self.parts:
-            sizes = ", ".join(map(str, self.parts))
+            sizes = ", ".join(
+                " ".join([str(size), *map(str, values)])
+                for size, values in zip(
+                    self.parts, self.part_values or [()] * len(self.parts), strict=True
+                )
+            )
             return f"shard({self.dim}, {self.axis}, parts=[{sizes}])"
         if self.kind == "shard":
             return f"shard({self.dim}, {self.axis})"
@@ -46,10 +73,20 @@ class Placement:
 Layout = tuple[Placement, ...]
 REPLICATE: Layout = ()
 
+
+def _value_size(size: int, dim: int, values: tuple[Placement, ...]) -> int:
+    for p in values:
+        if p.dim == dim:
+            size = p.size if p.kind == "padded" else size * p.size
+    return size
+
+
 _PLACEMENT = re.compile(
     r"\s*(shard|partial)\s*\(\s*([A-Za-z0-9_-]+)\s*,\s*([A-Za-z_]\w*)\s*"
     r"(?:,\s*parts\s*=\s*\[([^\]]*)\]\s*)?\)"
 )
+# padded(DIM, SIZE), repeated(DIM, TIMES[, UNIT]): the value a later shard of DIM cuts
+_VALUE_LAYOUT = re.compile(r"\s*(padded|repeated)\s*\(\s*(\d+)\s*,\s*(\d+)\s*(?:,\s*(\d+)\s*)?\)")
 
 
 def layout_str(layout: Layout) -> str:
@@ -83,11 +120,16 @@ def parse_layout(text: str, mesh: Mesh, where: str = "") -> Layout:
     placements = []
     pos = 0
     while pos < len(text.rstrip()):
+        if value_match := _VALUE_LAYOUT.match(text, pos):
+            placements.append(_value_placement(value_match, text, where))
+            pos = value_match.end()
+            continue
         match = _PLACEMENT.match(text, pos)
         if not match:
             raise ScalifyError(
                 f"bad layout {text!r}: expected replicate, shard(DIM, AXIS), "
-                "shard(DIM, AXIS, parts=[SIZE, ...]) or partial(sum|max|min, AXIS)",
+                "shard(DIM, AXIS, parts=[SIZE, ...]), partial(sum|max|min, AXIS), "
+                "padded(DIM, SIZE) or repeated(DIM, TIMES[, UNIT])",
                 where,
             )
         kind, arg, axis, parts = match.groups()
@@ -98,8 +140,9 @@ def parse_layout(text: str, mesh: Mesh, where: str = "") -> Layout:
                 raise ScalifyError(
                     f"bad layout {text!r}: shard dim must be a non-negative integer", where
                 )
+            sizes, values = _parts(parts, text, where)
             placements.append(
-                Placement("shard", axis, dim=int(arg), parts=_parts(parts, text, where))
+                Placement("shard", axis, dim=int(arg), parts=sizes, part_values=values)
             )
         else:
             if parts is not None:
@@ -111,21 +154,69 @@ def parse_layout(text: str, mesh: Mesh, where: str = "") -> Layout:
     return tuple(placements)
 
 
-def _parts(text: str | None, layout: str, where: str) -> tuple[int, ...]:
+def _value_placement(match: re.Match, text: str, where: str) -> Placement:
+    kind, dim, size, unit = match.groups()
+    if kind == "padded" and unit is not None:
+        raise ScalifyError(f"bad layout {text!r}: padded takes (DIM, SIZE)", where)
+    if int(size) < 1 or (unit is not None and int(unit) < 1):
+        raise ScalifyError(f"bad layout {text!r}: {kind} sizes are positive", where)
+    return Placement(kind, "", dim=int(dim), size=int(size), unit=int(unit or 1))
+
+
+def _parts(
+    text: str | None, layout: str, where: str
+) -> tuple[tuple[int, ...], tuple[tuple[Placement, ...], ...]]:
+    """`parts=[SIZE [padded(..)|repeated(..)]..., ...]`: each part's size and value layouts."""
     if text is None:
-        return ()
-    sizes = [t.strip() for t in text.split(",") if t.strip()]
-    if len(sizes) < 2 or not all(t.isdigit() and int(t) > 0 for t in sizes):
+        return (), ()
+    entries = [e.strip() for e in _top_level_split(text) if e.strip()]
+    sizes, values = [], []
+    for entry in entries:
+        head = re.match(r"(\d+)", entry)
+        if head is None or int(head.group(1)) < 1:
+            sizes = []
+            break
+        sizes.append(int(head.group(1)))
+        rest, pos, found = entry[head.end() :], 0, []
+        while pos < len(rest.rstrip()):
+            match = _VALUE_LAYOUT.match(rest, pos)
+            if match is None:
+                raise ScalifyError(
+                    f"bad layout {layout!r}: a part is SIZE followed by padded(DIM, SIZE) or "
+                    f"repeated(DIM, TIMES[, UNIT]), not {entry!r}",
+                    where,
+                )
+            found.append(_value_placement(match, layout, where))
+            pos = match.end()
+        values.append(tuple(found))
+    if len(sizes) < 2 or len(sizes) != len(entries):
         raise ScalifyError(
             f"bad layout {layout!r}: parts=[...] lists two or more positive sizes", where
         )
-    return tuple(int(t) for t in sizes)
+    return tuple(sizes), (tuple(values) if any(values) else ())
+
+
+def _top_level_split(text: str) -> list[str]:
+    """`text` split at the commas outside parentheses."""
+    pieces, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if ch == "," and depth == 0:
+            pieces.append(text[start:i])
+            start = i + 1
+    return pieces + [text[start:]]
 
 
 def local_shape(shape: tuple[int, ...], layout: Layout, mesh: Mesh) -> tuple[int, ...]:
     """The per-device shape of a tensor of global `shape` under `layout`."""
     local = list(shape)
     for p in layout:
-        if p.kind == "shard":
+        if p.kind == "shard" and p.part_values:
+            local[p.dim] = sum(p.part_sizes()) // mesh.axis_size(p.axis)
+        elif p.kind == "shard":
             local[p.dim] //= mesh.axis_size(p.axis)
+        elif p.kind == "padded":
+            local[p.dim] = p.size
+        elif p.kind == "repeated":
+            local[p.dim] *= p.size
     return tuple(local)

@@ -33,10 +33,11 @@ class PartCut:
 
 def part_cuts(placement: Placement, mesh: Mesh) -> list[PartCut]:
     n = mesh.axis_size(placement.axis)
-    cuts, start = [], 0
-    for size in placement.parts:
-        cuts.append(PartCut(placement.dim, start, start + size, start // n, (start + size) // n))
+    cuts, start, local = [], 0, 0
+    for size, value_size in zip(placement.parts, placement.part_sizes(), strict=True):
+        cuts.append(PartCut(placement.dim, start, start + size, local, local + value_size // n))
         start += size
+        local += value_size // n
     return cuts
 
 
@@ -45,7 +46,14 @@ def parted(layout: Layout) -> Placement | None:
 
 
 def without_parts(layout: Layout) -> Layout:
-    return tuple(replace(p, parts=()) for p in layout)
+    return tuple(replace(p, parts=(), part_values=()) for p in layout)
+
+
+def part_layout(layout: Layout, part: int) -> Layout:
+    """The plain layout of one part: its padding or repeats, then the placements."""
+    p = parted(layout)
+    values = p.part_values[part] if p is not None and p.part_values else ()
+    return values + without_parts(layout)
 
 
 def local_part_cuts(relations: list[Relation], mesh: Mesh) -> dict[int, set[tuple[int, int, int]]]:
@@ -111,7 +119,7 @@ def _part_relations(
         b = _add_slice(base, rel.base_id, cut.dim, cut.base_start, cut.base_end, k)
         d = _add_slice(dist, rel.dist_id, cut.dim, cut.local_start, cut.local_end, k)
         name = f"{rel.name} part {k}"
-        result.append(Relation(d, b, name, without_parts(rel.layout), rel.source))
+        result.append(Relation(d, b, name, part_layout(rel.layout, k), rel.source))
     return result
 
 

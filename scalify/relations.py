@@ -262,18 +262,35 @@ def _from_shapes(
 
 
 def _check_shape(layout: Layout, base_shape, dist_shape, mesh: Mesh, where: str) -> None:
+    """Each placement fits the shape the placements before it leave (innermost first)."""
+    shape = list(base_shape)
     for p in layout:
-        if p.kind == "shard" and not 0 <= p.dim < len(base_shape):
+        if p.kind not in ("shard", "padded", "repeated"):
+            continue
+        if not 0 <= p.dim < len(shape):
             raise ScalifyError(
                 f"{layout_str(layout)}: dim {p.dim} out of range for shape {list(base_shape)}",
                 where,
             )
-        if p.kind == "shard" and base_shape[p.dim] % mesh.axis_size(p.axis):
+        size = shape[p.dim]
+        if p.kind == "padded" and p.size < size:
             raise ScalifyError(
-                f"mesh axis {p.axis}={mesh.axis_size(p.axis)} does not divide dim {p.dim} "
-                f"(size {base_shape[p.dim]}) of shape {list(base_shape)}",
+                f"{layout_str(layout)}: {p} is shorter than dim {p.dim} (size {size})", where
+            )
+        if p.kind == "repeated" and size % p.unit:
+            raise ScalifyError(
+                f"{layout_str(layout)}: {p} needs dim {p.dim} (size {size}) to be whole runs "
+                f"of {p.unit}",
                 where,
             )
+        if p.kind == "shard" and not p.parts and size % mesh.axis_size(p.axis):
+            raise ScalifyError(
+                f"mesh axis {p.axis}={mesh.axis_size(p.axis)} does not divide dim {p.dim} "
+                f"(size {size}) of shape {list(base_shape)}"
+                + ("" if size == base_shape[p.dim] else " after the padding or repeats"),
+                where,
+            )
+        shape = list(local_shape(tuple(shape), (p,), mesh))
     _check_parts(layout, base_shape, mesh, where)
     expected = local_shape(tuple(base_shape), layout, mesh)
     if expected != tuple(dist_shape):
@@ -298,7 +315,7 @@ def _check_parts(layout: Layout, base_shape, mesh: Mesh, where: str) -> None:
                 where,
             )
         n = mesh.axis_size(p.axis)
-        if any(size % n for size in p.parts):
+        if any(size % n for size in p.part_sizes()):
             raise ScalifyError(
                 f"{layout_str(layout)}: mesh axis {p.axis}={n} does not divide every part",
                 where,

@@ -315,7 +315,8 @@ def prove(
     commands += GraphEncoder(dist, "d", mesh, signatures).commands()
     commands += signature_facts(signatures)
     commands += [
-        f"(union {node_ref('d', r.dist_id)} {layout_term(node_ref('b', r.base_id), r.layout)})"
+        f"(union {node_ref('d', r.dist_id)} "
+        f"{layout_term(node_ref('b', r.base_id), r.layout, base.node(r.base_id).shape)})"
         for r in inputs
     ]
     with rules_session(scaling_rules(), rules_program) as session:
@@ -323,7 +324,9 @@ def prove(
         stats = session.saturate(limits.max_rounds, limits.node_limit)
         relations, replicated = read_proof(session)
         unproved = {
-            r.dist_id: layout_term(node_ref("b", r.base_id), r.layout)
+            r.dist_id: layout_term(
+                node_ref("b", r.base_id), r.layout, base.node(r.base_id).shape, padding="any"
+            )
             for r in outputs
             if all(b != r.base_id for _, b in relations.get(r.dist_id, ()))
         }

@@ -44,6 +44,12 @@ def _relations(session: EGraphSession, functions) -> dict[int, set[tuple[Layout,
         pending[row.output] = ("log", "", "", row.inputs[0])
     for row in functions["LRatio"].rows:
         pending[row.output] = ("normalised", session.string(row.inputs[0]), "", row.inputs[1])
+    for row in functions["LPadded"].rows:
+        dim, size = (session.i64(v) for v in row.inputs[:2])
+        pending[row.output] = ("padded", dim, (size, 1), row.inputs[2])
+    for row in functions["LRepeated"].rows:
+        dim, times, unit = (session.i64(v) for v in row.inputs[:3])
+        pending[row.output] = ("repeated", dim, (times, unit), row.inputs[3])
 
     def decode(value, depth: int = 0) -> Layout:
         if value in layouts and layouts[value] == ("nil",):
@@ -52,6 +58,8 @@ def _relations(session: EGraphSession, functions) -> dict[int, set[tuple[Layout,
         inner = decode(rest, depth + 1)
         if kind == "shard":
             return inner + (Placement("shard", b, dim=a),)
+        if kind in ("padded", "repeated"):
+            return inner + (Placement(kind, "", dim=a, size=b[0], unit=b[1]),)
         if kind in ("rescaled", "log", "normalised"):
             return inner + (Placement(kind, "", op=a),)
         return inner + (Placement("partial", b, op=a),)

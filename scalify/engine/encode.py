@@ -271,12 +271,21 @@ def node_ref(side: str, node_id: int) -> str:
     return f'(Ref "{side}" {node_id})'
 
 
-def layout_term(base_term: str, layout: Layout) -> str:
-    """The e-graph term stating `layout` over a baseline term."""
-    term = base_term
+def layout_term(
+    base_term: str, layout: Layout, shape: tuple[int, ...] = (), padding: str = "zero"
+) -> str:
+    """The e-graph term stating `layout` over a baseline term of `shape`. A relations file's
+    padding holds zeros in an input (a checkpoint's padded rows) and anything in an output."""
+    term, sizes = base_term, list(shape)
     for p in layout:
         if p.kind == "shard":
             term = f"(Shard {term} {p.dim} {egg_string(p.axis)})"
+        elif p.kind == "padded":
+            term = f"(Padded {term} {p.dim} {sizes[p.dim]} {p.size} {egg_string(padding)})"
+            sizes[p.dim] = p.size
+        elif p.kind == "repeated":
+            term = f"(Repeated {term} {p.dim} {p.size} {p.unit})"
+            sizes[p.dim] *= p.size
         else:
             term = f"(Partial {term} {egg_string(p.op)} {egg_string(p.axis)})"
     return term

@@ -214,6 +214,9 @@ def _broadcast_key(k: KeyInput, sig) -> list[str]:
     node, a = k.node, k.node.attrs
     parts = [f"dims={ints(a['dims'])}"]
     sig.attrs_s["dims"] = ints(a["dims"])
+    new = [d for d in range(len(node.shape)) if d not in a["dims"]]
+    if len(new) == 1 and list(a["dims"]) == sorted(a["dims"]):
+        sig.attrs_i["new_dim"] = new[0]  # the one dim it adds, the others kept in order
     parts.append(f"rank={len(node.shape)}")
     if k.shape_free_broadcast:
         sig.attrs_s["sizes"] = "free"
@@ -462,7 +465,7 @@ OPS = [
     OpSpec(
         "broadcast",
         arity=(1,),
-        attrs={"dims": "S"},
+        attrs={"dims": "S", "new_dim": "I"},
         key=_broadcast_key,
         dim_map=lambda node, shapes, out_rank: [list(node.attrs["dims"])],
         kernel=_broadcast,
