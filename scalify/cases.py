@@ -8,6 +8,8 @@ A case file (`rules/tests/<rule file>/*.case`) has `# key: value` header lines, 
     # fires: dot_shard_rhs          (rules that must have matched; comma separated)
     # suspect: add.1                (the node the report must name first)
     # outputs: shard(1, tp)         (required output layouts, `;`-separated; default replicate)
+    # inputs: w: padded(1, 6) shard(1, tp); v: ...   (stated input layouts; the others are
+                                      inferred from shapes)
     # near-miss: dot_shard_rhs      (rules this case tempts but must not prove; the case
                                       must then expect a verdict other than equivalent)
 
@@ -82,11 +84,20 @@ def _names(text: str) -> list[str]:
 
 
 def case_relations(case: Case) -> RelationsFile | None:
-    """The `# outputs:` header as a relations file (inputs are inferred from shapes)."""
-    if "outputs" not in case.header:
+    """The `# inputs:` and `# outputs:` headers as a relations file (inputs not named there
+    are inferred from shapes)."""
+    if "outputs" not in case.header and "inputs" not in case.header:
         return None
-    layouts = [t.strip() for t in case.header["outputs"].split(";")]
-    return RelationsFile(case.path, None, {}, layouts)
+    layouts = [t.strip() for t in case.header.get("outputs", "").split(";") if t.strip()]
+    inputs = {}
+    for entry in filter(str.strip, case.header.get("inputs", "").split(";")):
+        name, colon, layout = entry.partition(":")
+        if not colon:
+            raise ScalifyError(
+                f"`# inputs:` entry {entry.strip()!r} is not NAME: LAYOUT", case.path, 1
+            )
+        inputs[name.strip()] = layout.strip()
+    return RelationsFile(case.path, None, inputs, layouts or None)
 
 
 def run_case(case: Case, rules: CompiledRuleSet) -> tuple[Report, list[str]]:
