@@ -236,6 +236,25 @@ def _axes_for_ratio(ratio: int, mesh: Mesh, used: set[str], where: str, dim: int
     )
 
 
+def _padded_value(dim: int, b: int, d: int, mesh: Mesh, used: set[str]) -> Layout | None:
+    """A dim of size b whose block on each of n devices has d > b / n elements: the blocks of
+    the dim repeated k = d * n // b times (KV heads repeated for the q heads) and padded at the
+    end to d * n, the padding less than one block (no device holds padding alone), as a
+    checkpoint converter lays out heads or a width that the degree does not divide. Only when
+    one free axis fits; zeros in the padding are then assumed (the report lists it)."""
+    fits = []
+    for axis in mesh.names:
+        n = mesh.axis_size(axis)
+        if axis in used or d * n <= b:
+            continue
+        times, rest = divmod(d * n, b)
+        if rest < d:
+            repeat = (Placement("repeated", "", dim=dim, size=times),) if times > 1 else ()
+            pad = (Placement("padded", "", dim=dim, size=d * n),) if rest else ()
+            fits.append(repeat + pad + (Placement("shard", axis, dim=dim),))
+    return fits[0] if len(fits) == 1 else None
+
+
 def _from_shapes(
     base_shape, dist_shape, mesh: Mesh, where: str, taken: frozenset[str] = frozenset()
 ) -> Layout:
@@ -251,6 +270,10 @@ def _from_shapes(
     for dim, (b, d) in enumerate(zip(base_shape, dist_shape, strict=True)):
         if b == d:
             continue
+        if d and b % d and (value := _padded_value(dim, b, d, mesh, used)):
+            used.add(value[-1].axis)
+            placements += value
+            continue
         if d == 0 or b % d:
             raise ScalifyError(
                 f"dim {dim}: baseline size {b} is not a multiple of distributed size {d}", where
@@ -259,6 +282,17 @@ def _from_shapes(
             used.add(axis)
             placements.append(Placement("shard", axis, dim=dim))
     return tuple(placements)
+
+
+def _shape_key(shape: tuple[int, ...], given: dict[str, str]) -> str | None:
+    """The relations file's entry for every input of this local shape (a key such as
+    `[2048, 1152]`: one line for a weight that each layer of a model has)."""
+    for key in given:
+        if key.startswith("[") and key.endswith("]"):
+            sizes = [t.strip() for t in key[1:-1].split(",") if t.strip()]
+            if all(t.isdigit() for t in sizes) and tuple(map(int, sizes)) == tuple(shape):
+                return key
+    return None
 
 
 def _check_shape(layout: Layout, base_shape, dist_shape, mesh: Mesh, where: str) -> None:
@@ -331,6 +365,7 @@ def input_relations(
 ) -> list[Relation]:
     relations = []
     given_inputs = dict(given.inputs) if given else {}
+    shape_keys_used: set[str] = set()
     for base_id, dist_id in pair_inputs(base, dist):
         name = dist.input_name(dist_id)
         where = f"{dist.path}: input {name}"
@@ -338,6 +373,10 @@ def input_relations(
         if name in given_inputs:
             layout = parse_layout(given_inputs.pop(name), mesh, given.path)
             source = "relations file"
+        elif (key := _shape_key(d_shape, given_inputs)) is not None:
+            layout = parse_layout(given_inputs[key], mesh, given.path)
+            shape_keys_used.add(key)
+            source = f"relations file, inputs of shape {key}"
         elif dist_id in dist.input_shardings:
             layout = _from_tiles(dist.input_shardings[dist_id], mesh, where)
             source = "annotation"
@@ -352,8 +391,12 @@ def input_relations(
         else:
             layout = _from_shapes(b_shape, d_shape, mesh, where)
             source = "inferred from shapes"
+            if any(p.kind == "padded" for p in layout):
+                source += "; its padding assumed to hold zeros"
         _check_shape(layout, b_shape, d_shape, mesh, where)
         relations.append(Relation(dist_id, base_id, name, layout, source))
+    for key in shape_keys_used:
+        given_inputs.pop(key)
     if given_inputs:
         names = [dist.input_name(d) for d in dist.inputs]
         raise ScalifyError(

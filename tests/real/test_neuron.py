@@ -5,6 +5,7 @@ with the fused QKV weight's per-part layout inferred from how both programs cut 
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 from scalify.compiler.compile import compile_rule_dir
 
 from scalify.frontends import load_graph
+from scalify.report.text import render_text
 from scalify.verify import verify_files
 
 HERE = Path(__file__).resolve().parent / "neuron"
@@ -51,7 +53,7 @@ def test_locations_come_from_the_stack_in_the_metadata():
 @pytest.mark.parametrize("tp", [2, 4, 8])
 def test_one_layer_is_equivalent_at_every_degree(tp, relations):
     report = _verify("tp1_layer1.hlo.gz", f"tp{tp}_layer1.hlo.gz", tp, relations)
-    assert report.verdict == "equivalent", report.to_text()
+    assert report.verdict == "equivalent", render_text(report)
     assert FUSED_QKV in report.relations["inputs"]
 
 
@@ -59,7 +61,7 @@ def test_one_layer_is_equivalent_at_every_degree(tp, relations):
 @pytest.mark.parametrize("tp", [2, 4, 8])
 def test_eight_layers_are_equivalent(tp, relations):
     report = _verify("tp1_layer8.hlo.gz", f"tp{tp}_layer8.hlo.gz", tp, relations)
-    assert report.verdict == "equivalent", report.to_text()
+    assert report.verdict == "equivalent", render_text(report)
     assert len(report.outputs) == 17  # the logits and each layer's K and V caches
     # proved layer by layer, each layer's caches inside its segment, the identical layers
     # once: the cost of eight layers is not eight times one. The first layer (whose input is
@@ -114,3 +116,66 @@ def test_the_broken_qkv_slice_is_caught_at_its_line(relations):
     assert "output 1" in report.counterexample
     # the RoPE frequencies are printed as {...}: the simulation's stand-in is an assumption
     assert any(n.startswith("assumed: constants the graphs print as {...}") for n in report.notes)
+
+
+# tp 6 divides neither the 32 q heads nor the 8 KV heads nor the MLP width 8192: the
+# converter repeats each KV head for its 4 q heads, pads the heads to 36 and the width to
+# 8196, and each device holds 6 heads and 1366 columns. One line states the fused QKV
+# weight (a part per projection, each padded, K and V repeated per head of 64); the padded
+# weights and the KV caches are inferred from their shapes.
+KV_PART = "512 repeated(1, 4, 64) padded(1, 2304)"
+TP6_QKV = f"shard(1, tp, parts=[2048 padded(1, 2304), {KV_PART}, {KV_PART}])"
+
+
+@pytest.fixture(scope="module")
+def tp6_relations(tmp_path_factory) -> str:
+    path = tmp_path_factory.mktemp("neuron_tp6") / "relations.json"
+    path.write_text(json.dumps({"inputs": {"[2048, 1152]": TP6_QKV}, "outputs": "inferred"}))
+    return str(path)
+
+
+def test_tp6_padded_and_repeated_heads_are_proved(tp6_relations):
+    report = _verify("tp1_layer1.hlo.gz", "tp6_layer1.hlo.gz", 6, tp6_relations)
+    assert report.verdict == "equivalent", render_text(report)
+    inputs = "\n".join(report.relations["inputs"])
+    assert "p12: padded(1, 8196) shard(1, tp)" in inputs  # the MLP width
+    assert "p10: padded(1, 2304) shard(1, tp)" in inputs  # the output projection's heads
+    caches = [o.expected for o in report.outputs[1:]]
+    assert caches == ["repeated(2, 4) padded(2, 36) shard(2, tp)"] * 2, caches
+
+
+@pytest.mark.slow
+def test_tp6_eight_layers_are_proved(tp6_relations):
+    report = _verify("tp1_layer8.hlo.gz", "tp6_layer8.hlo.gz", 6, tp6_relations)
+    assert report.verdict == "equivalent", render_text(report)
+    assert len(report.outputs) == 17
+
+
+def test_tp6_kv_heads_stated_as_repeated_columns_are_not_proved(tmp_path):
+    """Each column repeated four times (unit 1) is not each head of 64 repeated: no proof."""
+    wrong = TP6_QKV.replace("repeated(1, 4, 64)", "repeated(1, 4)")
+    path = tmp_path / "relations.json"
+    path.write_text(json.dumps({"inputs": {"[2048, 1152]": wrong}, "outputs": "inferred"}))
+    report = _verify("tp1_layer1.hlo.gz", "tp6_layer1.hlo.gz", 6, str(path))
+    assert report.verdict != "equivalent"
+
+
+def test_tp6_k_slice_at_the_q_offset_is_not_proved(tp6_relations, tmp_path):
+    """Entangle's bug, planted at tp 6: the K slice of the fused product starts at 0. That
+    slice is a true block of the Q part, so the first op the baseline never computes is the
+    scores' dot, whose report says that its K operand is the baseline's rotated Q."""
+    text = gzip.decompress((HERE / "tp6_layer1.hlo.gz").read_bytes()).decode()
+    broken = text.replace("slice={[0:256], [384:768]}", "slice={[0:256], [0:384]}", 1)
+    assert broken != text
+    path = tmp_path / "tp6_layer1_broken.hlo"
+    path.write_text(broken)
+    report = verify_files(
+        str(HERE / "tp1_layer1.hlo.gz"), str(path), RULES, mesh="tp=6", relations=tp6_relations
+    )
+    assert report.verdict != "equivalent"
+    first = report.suspects[0]
+    assert first.node == "dot.88", render_text(report)
+    assert (
+        "operand `concatenate.84` is padded(2, 36) shard(2, tp) of baseline `concatenate.71`"
+        in (render_text(report))
+    )

@@ -1,0 +1,79 @@
+"""Padded and repeated values under a shard: the layout text, its checks against the shapes,
+what each device holds, and the layouts inferred where the degree divides no size."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from scalify.errors import ScalifyError
+from scalify.layout import layout_str, local_shape, parse_layout
+from scalify.mesh import parse_mesh
+from scalify.relations import _check_shape, _from_shapes
+from scalify.simulate.spmd import compare_output, distribute
+
+MESH = parse_mesh("tp=6")
+
+
+def test_padded_and_repeated_layouts_read_and_print_back():
+    text = "repeated(2, 4) padded(2, 36) shard(2, tp)"
+    layout = parse_layout(text, MESH)
+    assert layout_str(layout) == text
+    assert local_shape((64, 4, 8, 64), layout, MESH) == (64, 4, 6, 64)
+    parts = "shard(1, tp, parts=[2048 padded(1, 2304), 512 repeated(1, 4, 64) padded(1, 2304)])"
+    assert layout_str(parse_layout(parts, MESH)) == parts
+    assert local_shape((2048, 2560), parse_layout(parts, MESH), MESH) == (2048, 768)
+
+
+@pytest.mark.parametrize(
+    "text, base, words",
+    [
+        ("padded(1, 6) shard(1, tp)", (4, 8), "shorter than dim 1"),
+        ("repeated(1, 2, 3) shard(1, tp)", (4, 8), "whole runs of 3"),
+        ("padded(1, 10) shard(1, tp)", (4, 8), "does not divide dim 1 (size 10)"),
+    ],
+)
+def test_layouts_that_do_not_fit_the_shape_are_refused(text, base, words):
+    with pytest.raises(ScalifyError, match=words.replace("(", r"\(").replace(")", r"\)")):
+        _check_shape(parse_layout(text, MESH), base, base, MESH, "here")
+
+
+def test_a_padded_layout_with_a_unit_is_refused():
+    with pytest.raises(ScalifyError, match="padded takes"):
+        parse_layout("padded(1, 6, 2) shard(1, tp)", MESH)
+
+
+def test_each_device_holds_its_block_of_the_repeated_padded_value():
+    heads = np.arange(8.0).reshape(1, 8)  # 8 KV heads, each repeated 4 times, padded to 36
+    blocks = distribute(
+        heads, parse_layout("repeated(1, 4) padded(1, 36) shard(1, tp)", MESH), MESH, None
+    )
+    assert blocks[0].tolist() == [[0, 0, 0, 0, 1, 1]]
+    assert blocks[5].tolist() == [[7, 7, 0, 0, 0, 0]]
+
+
+def test_an_output_padding_is_not_compared():
+    value = np.arange(5.0).reshape(1, 5)
+    layout = parse_layout("padded(1, 6) shard(1, tp)", parse_mesh("tp=2"))
+    found = [np.array([[0.0, 1, 2]]), np.array([[3.0, 4, 99]])]  # the padding holds 99
+    assert compare_output(0, value, found, layout, parse_mesh("tp=2"), None) is None
+    found[1][0, 1] = 5.0
+    assert compare_output(0, value, found, layout, parse_mesh("tp=2"), None) is not None
+
+
+@pytest.mark.parametrize(
+    "base, local, expected",
+    [
+        ((2048, 8192), (2048, 1366), "padded(1, 8196) shard(1, tp)"),  # the MLP width
+        ((64, 4, 8, 64), (64, 4, 6, 64), "repeated(2, 4) padded(2, 36) shard(2, tp)"),  # caches
+        ((2048, 2048), (2048, 384), "padded(1, 2304) shard(1, tp)"),  # 32 heads of 64 in 36
+        ((128256, 8), (21376, 8), "shard(0, tp)"),
+    ],
+)
+def test_layouts_are_inferred_where_the_degree_divides_no_size(base, local, expected):
+    assert layout_str(_from_shapes(base, local, MESH, "here")) == expected
+
+
+def test_a_block_of_padding_alone_is_not_inferred():
+    with pytest.raises(ScalifyError, match="not a multiple"):
+        _from_shapes((4, 10), (4, 3), MESH, "here")  # 18 places for 10: whole blocks of padding
