@@ -21,12 +21,13 @@ from .compiler.emit import emit_families, emit_rules
 from .compiler.lower import rule_name
 from .compiler.signatures import OP_ARITY
 from .engine.encode import shape_free_nodes
+from .errors import ScalifyError
 from .ir import Graph, Node
 from .layout import Layout, Placement, canonical, layout_str, local_shape
 from .mesh import Mesh
 from .ops import spec_of
 from .ops.spec import PerSide
-from .relations import Relation
+from .relations import Relation, check_shape
 from .simulate.kernels import apply
 from .simulate.spmd import compare_output, distribute, random_input, run_baseline, run_spmd
 from .values import NotSimulable, host
@@ -83,11 +84,11 @@ class _Builder:
     def operand_layout(self, k: int, rank: int, fallback: Layout) -> Layout:
         """Bias operand k toward the layout the rule under test asks for."""
         kind = self.hint(k)
-        if kind == "shard" and rank:
+        if kind in ("shard", "padded", "repeated") and rank:
             dim = (
                 self.shared_dim % rank if self.rng.random() < 0.7 else int(self.rng.integers(rank))
             )
-            return (Placement("shard", self.axis, dim=dim),)
+            return self.value_placements(kind, dim) + (Placement("shard", self.axis, dim=dim),)
         if kind in ("partial:sum", "partial:max", "partial:?"):
             op = kind.split(":")[1]
             op = op if op != "?" else ("sum" if self.rng.random() < 0.7 else "max")
@@ -95,6 +96,15 @@ class _Builder:
         if kind in ("inv", "base"):
             return ()
         return fallback
+
+    def value_placements(self, kind: str, dim: int) -> Layout:
+        """What a device's block is cut from, for a rule over padded or repeated values: every
+        size the builder draws is at most two units, so three units pads any of them."""
+        if kind == "padded":
+            return (Placement("padded", "", dim=dim, size=3 * self.unit),)
+        if kind == "repeated":
+            return (Placement("repeated", "", dim=dim, size=2, unit=int(self.rng.integers(1, 3))),)
+        return ()
 
     def size(self) -> int:
         return self.unit * int(self.rng.integers(1, 3))
@@ -174,6 +184,11 @@ class _Builder:
 
     def input(self, shape: tuple[int, ...], dtype: str, layout: Layout | None = None) -> int:
         layout = self.layout(len(shape)) if layout is None else layout
+        if any(p.kind in ("padded", "repeated") for p in layout):
+            try:  # a draw the relation checks would refuse
+                check_shape(layout, shape, local_shape(shape, layout, self.mesh), self.mesh, "")
+            except ScalifyError as err:
+                raise NotSimulable(str(err)) from None
         node_id = self._add(
             "parameter",
             (),
@@ -255,6 +270,8 @@ def generate(op: str, rng: np.random.Generator, hints: list[str | None] | None =
 # What a query atom about an operand asks of it, as a hint for the instance generators.
 _HINTS = (
     ("(= {} (Shard ", "shard"),
+    ("(= {} (Padded ", "padded"),
+    ("(= {} (Repeated ", "repeated"),
     ("(FreeAlong {} ", "broadcast"),
     ("(= {} (Coord ", "coord"),
     ("(Inv {} ", "inv"),
@@ -358,12 +375,21 @@ def check_instance(
 
 
 def _suppliers(group: list, rules: CompiledRuleSet) -> list:
-    """Rules that build the non-op terms (a device coordinate) this rule's pattern needs."""
+    """Rules that build the terms this rule's pattern needs: a device coordinate; for a rule
+    over padded or repeated values (baseline terms inside a device's block), the rules that
+    carry a block through ops, which build those terms."""
     needs_coord = any("(Coord " in atom for rule in group for atom in rule.query)
+    needs_blocks = any(
+        kind in atom for rule in group for atom in rule.query for kind in ("(Padded ", "(Repeated ")
+    )
     return [
         r
         for r in rules.rules
-        if r not in group and needs_coord and any("(Coord " in action for action in r.actions)
+        if r not in group
+        and (
+            (needs_coord and any("(Coord " in action for action in r.actions))
+            or (needs_blocks and any("(Shard " in action for action in r.actions))
+        )
     ]
 
 

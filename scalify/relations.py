@@ -295,7 +295,7 @@ def _shape_key(shape: tuple[int, ...], given: dict[str, str]) -> str | None:
     return None
 
 
-def _check_shape(layout: Layout, base_shape, dist_shape, mesh: Mesh, where: str) -> None:
+def check_shape(layout: Layout, base_shape, dist_shape, mesh: Mesh, where: str) -> None:
     """Each placement fits the shape the placements before it leave (innermost first)."""
     shape = list(base_shape)
     for p in layout:
@@ -393,7 +393,7 @@ def input_relations(
             source = "inferred from shapes"
             if any(p.kind == "padded" for p in layout):
                 source += "; its padding assumed to hold zeros"
-        _check_shape(layout, b_shape, d_shape, mesh, where)
+        check_shape(layout, b_shape, d_shape, mesh, where)
         relations.append(Relation(dist_id, base_id, name, layout, source))
     for key in shape_keys_used:
         given_inputs.pop(key)

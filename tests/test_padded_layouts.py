@@ -9,7 +9,7 @@ import pytest
 from scalify.errors import ScalifyError
 from scalify.layout import layout_str, local_shape, parse_layout
 from scalify.mesh import parse_mesh
-from scalify.relations import _check_shape, _from_shapes
+from scalify.relations import _from_shapes, check_shape
 from scalify.simulate.spmd import compare_output, distribute
 
 MESH = parse_mesh("tp=6")
@@ -35,7 +35,7 @@ def test_padded_and_repeated_layouts_read_and_print_back():
 )
 def test_layouts_that_do_not_fit_the_shape_are_refused(text, base, words):
     with pytest.raises(ScalifyError, match=words.replace("(", r"\(").replace(")", r"\)")):
-        _check_shape(parse_layout(text, MESH), base, base, MESH, "here")
+        check_shape(parse_layout(text, MESH), base, base, MESH, "here")
 
 
 def test_a_padded_layout_with_a_unit_is_refused():

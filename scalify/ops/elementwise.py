@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 
-from scalify.layout import Layout, Placement, local_shape
+from scalify.layout import Layout, local_shape
 from scalify.values import NotSimulable, dtype_class, host
 
 from .indexing import (
@@ -105,7 +106,7 @@ def _broadcast_operand(b, shape, out_layout: Layout, dtype: str) -> int:
     keep = sorted(b.rng.choice(len(shape), size=len(shape) - 1, replace=False).tolist())
     small_layout = (
         tuple(
-            Placement(p.kind, p.axis, dim=keep.index(p.dim) if p.kind == "shard" else -1, op=p.op)
+            replace(p, dim=keep.index(p.dim) if p.kind != "partial" else -1)
             for p in out_layout
             if p.kind == "partial" or p.dim in keep
         )
@@ -114,6 +115,8 @@ def _broadcast_operand(b, shape, out_layout: Layout, dtype: str) -> int:
     )
     x = b.input(tuple(shape[d] for d in keep), dtype, small_layout)
     dist_shape = local_shape(shape, out_layout, b.mesh)
+    if b.dist[x].shape != tuple(dist_shape[d] for d in keep):  # HLO would refuse the draw
+        raise NotSimulable("a broadcast whose operand's blocks are not its result's")
     return b.op(
         "broadcast",
         (x,),
@@ -144,8 +147,9 @@ def instance(
     operands = []
     hints = [b.hint(k) for k in range(arity)]
     hinted = [b.operand_layout(k, rank, layout) for k in range(arity)]
-    if any(h == "shard" for h in hints):
-        layout = next(lay for lay, h in zip(hinted, hints, strict=True) if h == "shard")
+    blocks = ("shard", "padded", "repeated")
+    if any(h in blocks for h in hints):
+        layout = next(lay for lay, h in zip(hinted, hints, strict=True) if h in blocks)
     for k in range(arity):
         roll = b.rng.random()
         mine = layout if hints[k] in ("splat", "broadcast", None) else hinted[k]
