@@ -95,15 +95,21 @@ def neuron_rows() -> list[tuple[str, float, float, str]]:
             mesh="tp=2",
             relations=str(relations),
         )
+        # tp 6 pads the heads and the MLP width and repeats the KV heads: one line states
+        # the fused QKV weight of every layer (tests/real/neuron/README.md)
+        kv = "512 repeated(1, 4, 64) padded(1, 2304)"
+        qkv = f"shard(1, tp, parts=[2048 padded(1, 2304), {kv}, {kv}])"
+        padded = Path(folder) / "tp6.json"
+        padded.write_text(json.dumps({"inputs": {"[2048, 1152]": qkv}, "outputs": "inferred"}))
         for layers in (1, 8):
-            for tp in (2, 4, 8):
+            for tp in (2, 4, 6, 8):
                 start = time.perf_counter()
                 report = verify_files(
                     str(data / f"tp1_layer{layers}.hlo.gz"),
                     str(data / f"tp{tp}_layer{layers}.hlo.gz"),
                     REPO / "rules",
                     mesh=f"tp={tp}",
-                    relations=str(relations),
+                    relations=str(padded if tp == 6 else relations),
                 )
                 total = time.perf_counter() - start
                 name = f"neuron llama tp={tp} layers={layers}"
@@ -185,6 +191,8 @@ def main() -> None:
         "torchtitan sp tp4/tp2": by_name["torchtitan llama3 tp=4 sp"]
         / by_name["torchtitan llama3 tp=2 sp"],
         "neuron tp8/tp2 (8 layers)": by_name["neuron llama tp=8 layers=8"]
+        / by_name["neuron llama tp=2 layers=8"],
+        "neuron tp6 (padded)/tp2 (8 layers)": by_name["neuron llama tp=6 layers=8"]
         / by_name["neuron llama tp=2 layers=8"],
         "neuron 8 layers/1 layer (tp 2)": by_name["neuron llama tp=2 layers=8"]
         / by_name["neuron llama tp=2 layers=1"],
