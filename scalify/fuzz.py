@@ -376,8 +376,8 @@ def check_instance(
 
 def _suppliers(group: list, rules: CompiledRuleSet) -> list:
     """Rules that build the terms this rule's pattern needs: a device coordinate; for a rule
-    over padded or repeated values (baseline terms inside a device's block), the rules that
-    carry a block through ops, which build those terms."""
+    over padded or repeated values (baseline terms inside a device's block or partial sum),
+    the rules that carry blocks and partial sums through ops, which build those terms."""
     needs_coord = any("(Coord " in atom for rule in group for atom in rule.query)
     needs_blocks = any(
         kind in atom for rule in group for atom in rule.query for kind in ("(Padded ", "(Repeated ")
@@ -388,7 +388,10 @@ def _suppliers(group: list, rules: CompiledRuleSet) -> list:
         if r not in group
         and (
             (needs_coord and any("(Coord " in action for action in r.actions))
-            or (needs_blocks and any("(Shard " in action for action in r.actions))
+            or (
+                needs_blocks
+                and any("(Shard " in action or "(Partial " in action for action in r.actions)
+            )
         )
     ]
 

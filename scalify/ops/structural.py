@@ -7,6 +7,7 @@ import zlib
 
 import numpy as np
 
+from scalify.layout import Placement
 from scalify.values import REDUCERS, NotSimulable, host
 
 from .spec import (
@@ -155,9 +156,18 @@ def _dot_instance(b) -> int:
     rhs_layout = b.operand_layout(
         1, len(rhs_dims), () if b.rng.random() < 0.3 else b.layout(len(rhs_dims))
     )
+    contracted = [batch + free_l + free_r + i for i in range(contract)]
+    kinds = (b.hint(0), b.hint(1))
+    if all(k in ("padded", "repeated") for k in kinds) and b.rng.random() < 0.7:
+        # a rule over a padded (or repeated) pair: both operands cut alike on one shared dim
+        shared = int(b.rng.choice(list(range(batch)) + contracted))
+        lhs_layout, rhs_layout = (
+            b.value_placements(kind, dims.index(shared))
+            + (Placement("shard", b.axis, dim=dims.index(shared)),)
+            for kind, dims in zip(kinds, (lhs_dims, rhs_dims), strict=True)
+        )
     lhs = b.input(tuple(sizes[d] for d in lhs_dims), "f32", lhs_layout)
     rhs = b.input(tuple(sizes[d] for d in rhs_dims), "f32", rhs_layout)
-    contracted = [batch + free_l + free_r + i for i in range(contract)]
     attrs = {
         "lhs_batch": tuple(lhs_dims.index(d) for d in range(batch)),
         "rhs_batch": tuple(rhs_dims.index(d) for d in range(batch)),
