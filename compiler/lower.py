@@ -268,6 +268,11 @@ SPREAD_ALTERNATIVES = {
 }
 
 
+def _dim_name(clause: Relation) -> str | None:
+    dim = clause.layout.args[0]
+    return dim.name if isinstance(dim, Var) else None
+
+
 def lower_rule(info: RuleInfo, ruleset: str = "layout") -> list[EggRule]:
     """Translate one checked rule. A rule with `spread(d, a)` clauses becomes one egglog rule
     per way of meeting them (a real shard, a broadcast constant along d, a scalar fill),
@@ -281,10 +286,20 @@ def lower_rule(info: RuleInfo, ruleset: str = "layout") -> list[EggRule]:
         and c.layout.name in SPREAD_ALTERNATIVES
     ]
     real = {alternatives[0] for alternatives in SPREAD_ALTERNATIVES.values()}
+    # the spreads' dim is bound by another clause's real layout: no spread need be real
+    bound = any(
+        isinstance(c, Relation)
+        and isinstance(c.layout, App)
+        and c.layout.name not in SPREAD_ALTERNATIVES
+        and c.layout.args
+        and isinstance(c.layout.args[0], Var)
+        and any(c.layout.args[0].name == _dim_name(s) for s in spreads)
+        for c in rule.where
+    )
     combos = [
         dict(zip((id(c) for c in spreads), combo, strict=True))
         for combo in itertools.product(*(SPREAD_ALTERNATIVES[c.layout.name] for c in spreads))
-        if not spreads or real & set(combo)
+        if not spreads or bound or real & set(combo)
     ]
     lowered = []
     for index, choices in enumerate(combos):
