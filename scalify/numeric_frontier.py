@@ -42,7 +42,7 @@ def read_numbers(
     """Fill in `numerically` on the first suspects, and move the ones whose values part from
     every baseline value ahead of those where only a rule is missing. Does nothing when the
     programs cannot be simulated whole."""
-    if not suspects or not (simulable(base, mesh) and simulable(dist, mesh)):
+    if not suspects or not (simulable(base, mesh, devices=1) and simulable(dist, mesh)):
         return
     by_name = {n.name: n.id for n in dist.nodes.values()}
     try:

@@ -283,9 +283,11 @@ def compare_output(
     return None
 
 
-def simulable(graph: Graph, mesh: Mesh) -> bool:
+def simulable(graph: Graph, mesh: Mesh, devices: int | None = None) -> bool:
+    """Small enough to run on every device of `mesh` (or on `devices` of them: the baseline
+    runs once)."""
     elements = sum(int(np.prod(n.shape)) for n in graph.nodes.values())
-    return elements * mesh.size <= MAX_ELEMENTS
+    return elements * (mesh.size if devices is None else devices) <= MAX_ELEMENTS
 
 
 def simulate(
@@ -300,14 +302,14 @@ def simulate(
 
     Raises NotSimulable when an op has no numeric semantics here or the graphs are too big.
     """
-    if simulable(base, mesh) and simulable(dist, mesh):
+    if simulable(base, mesh, devices=1) and simulable(dist, mesh):
         return _simulate_outputs(base, dist, mesh, inputs, list(enumerate(outputs)), seed)
     # Too large whole: each output on its own cone (a KV cache written by the first layer
     # needs none of the vocabulary projection).
     checked = 0
     for index, rel in enumerate(outputs):
         b_cone, d_cone = _cone(base, rel.base_id), _cone(dist, rel.dist_id)
-        if not (simulable(b_cone, mesh) and simulable(d_cone, mesh)):
+        if not (simulable(b_cone, mesh, devices=1) and simulable(d_cone, mesh)):
             continue
         checked += 1
         cone_outputs = [(index, rel)]
