@@ -74,10 +74,15 @@ Layout = tuple[Placement, ...]
 REPLICATE: Layout = ()
 
 
+def value_step(size: int, p: Placement) -> int:
+    """A dim's size after a padded (to `p.size`) or repeated (`p.size` times) placement."""
+    return p.size if p.kind == "padded" else size * p.size
+
+
 def _value_size(size: int, dim: int, values: tuple[Placement, ...]) -> int:
     for p in values:
         if p.dim == dim:
-            size = p.size if p.kind == "padded" else size * p.size
+            size = value_step(size, p)
     return size
 
 
@@ -160,6 +165,10 @@ def _value_placement(match: re.Match, text: str, where: str) -> Placement:
         raise ScalifyError(f"bad layout {text!r}: padded takes (DIM, SIZE)", where)
     if int(size) < 1 or (unit is not None and int(unit) < 1):
         raise ScalifyError(f"bad layout {text!r}: {kind} sizes are positive", where)
+    if kind == "repeated" and int(size) < 2:
+        raise ScalifyError(
+            f"bad layout {text!r}: repeated(DIM, TIMES) repeats at least twice", where
+        )
     return Placement(kind, "", dim=int(dim), size=int(size), unit=int(unit or 1))
 
 
@@ -215,8 +224,6 @@ def local_shape(shape: tuple[int, ...], layout: Layout, mesh: Mesh) -> tuple[int
             local[p.dim] = sum(p.part_sizes()) // mesh.axis_size(p.axis)
         elif p.kind == "shard":
             local[p.dim] //= mesh.axis_size(p.axis)
-        elif p.kind == "padded":
-            local[p.dim] = p.size
-        elif p.kind == "repeated":
-            local[p.dim] *= p.size
+        elif p.kind in ("padded", "repeated"):
+            local[p.dim] = value_step(local[p.dim], p)
     return tuple(local)

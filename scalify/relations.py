@@ -296,9 +296,24 @@ def _shape_key(shape: tuple[int, ...], given: dict[str, str]) -> str | None:
 
 
 def check_shape(layout: Layout, base_shape, dist_shape, mesh: Mesh, where: str) -> None:
-    """Each placement fits the shape the placements before it leave (innermost first)."""
+    """Each placement fits the shape the placements before it leave (innermost first), and
+    the layout gives the distributed shape."""
+    _check_steps(layout, layout, base_shape, mesh, where)
+    _check_parts(layout, base_shape, mesh, where)
+    expected = local_shape(tuple(base_shape), layout, mesh)
+    if expected != tuple(dist_shape):
+        raise ScalifyError(
+            f"layout {layout_str(layout)} gives local shape {list(expected)} but the "
+            f"distributed graph has {list(dist_shape)}",
+            where,
+        )
+
+
+def _check_steps(steps: Layout, layout: Layout, base_shape, mesh: Mesh, where: str) -> None:
+    """Each of `steps` (the placements of `layout`, or of one of its parts) fits the shape
+    the steps before it leave."""
     shape = list(base_shape)
-    for p in layout:
+    for p in steps:
         if p.kind not in ("shard", "padded", "repeated"):
             continue
         if not 0 <= p.dim < len(shape):
@@ -325,14 +340,6 @@ def check_shape(layout: Layout, base_shape, dist_shape, mesh: Mesh, where: str) 
                 where,
             )
         shape = list(local_shape(tuple(shape), (p,), mesh))
-    _check_parts(layout, base_shape, mesh, where)
-    expected = local_shape(tuple(base_shape), layout, mesh)
-    if expected != tuple(dist_shape):
-        raise ScalifyError(
-            f"layout {layout_str(layout)} gives local shape {list(expected)} but the "
-            f"distributed graph has {list(dist_shape)}",
-            where,
-        )
 
 
 def _check_parts(layout: Layout, base_shape, mesh: Mesh, where: str) -> None:
@@ -348,6 +355,15 @@ def _check_parts(layout: Layout, base_shape, mesh: Mesh, where: str) -> None:
                 f"of shape {list(base_shape)} has {base_shape[p.dim]}",
                 where,
             )
+        for size, values in zip(p.parts, p.part_values, strict=False):
+            if any(q.dim != p.dim for q in values):
+                raise ScalifyError(
+                    f"{layout_str(layout)}: a part's padding or repeats are along dim "
+                    f"{p.dim}, the dim of the parts",
+                    where,
+                )
+            part_shape = tuple(size if d == p.dim else s for d, s in enumerate(base_shape))
+            _check_steps(values, layout, part_shape, mesh, where)
         n = mesh.axis_size(p.axis)
         if any(size % n for size in p.part_sizes()):
             raise ScalifyError(
@@ -370,12 +386,14 @@ def input_relations(
         name = dist.input_name(dist_id)
         where = f"{dist.path}: input {name}"
         b_shape, d_shape = base.node(base_id).shape, dist.node(dist_id).shape
-        if name in given_inputs:
+        key = _shape_key(d_shape, given_inputs)
+        if key is not None:  # an input of its shape: the entry is no unknown name
+            shape_keys_used.add(key)
+        if name in given_inputs:  # a name comes before its shape
             layout = parse_layout(given_inputs.pop(name), mesh, given.path)
             source = "relations file"
-        elif (key := _shape_key(d_shape, given_inputs)) is not None:
+        elif key is not None:
             layout = parse_layout(given_inputs[key], mesh, given.path)
-            shape_keys_used.add(key)
             source = f"relations file, inputs of shape {key}"
         elif dist_id in dist.input_shardings:
             layout = _from_tiles(dist.input_shardings[dist_id], mesh, where)

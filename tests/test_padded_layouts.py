@@ -43,6 +43,30 @@ def test_a_padded_layout_with_a_unit_is_refused():
         parse_layout("padded(1, 6, 2) shard(1, tp)", MESH)
 
 
+def test_a_repeat_of_once_is_refused():
+    """It repeats nothing, and a value that is its own repeat feeds the repeat rules forever."""
+    with pytest.raises(ScalifyError, match="repeats at least twice"):
+        parse_layout("repeated(1, 1) shard(1, tp)", MESH)
+
+
+KV = "512 repeated(1, 4, 64) padded(1, 2304)"
+
+
+@pytest.mark.parametrize(
+    "first, words",
+    [
+        ("2048 padded(1, 100)", "padded(1, 100) is shorter than dim 1 (size 2048)"),
+        ("2048 padded(0, 2304)", "along dim 1, the dim of the parts"),
+        ("2048 repeated(1, 2, 7)", "to be whole runs of 7"),
+    ],
+)
+def test_part_values_that_do_not_fit_their_part_are_refused(first, words):
+    layout = parse_layout(f"shard(1, tp, parts=[{first}, {KV}, {KV}])", MESH)
+    with pytest.raises(ScalifyError) as info:
+        check_shape(layout, (2048, 3072), (2048, 1152), MESH, "here")
+    assert words in str(info.value)
+
+
 def test_each_device_holds_its_block_of_the_repeated_padded_value():
     heads = np.arange(8.0).reshape(1, 8)  # 8 KV heads, each repeated 4 times, padded to 36
     blocks = distribute(

@@ -14,6 +14,7 @@ from scalify.cli import main
 from scalify.errors import ScalifyError
 from scalify.layout import Placement, layout_str, parse_layout
 from scalify.mesh import parse_mesh
+from scalify.report.text import render_text
 from scalify.simulate.spmd import distribute
 from scalify.verify import verify_files
 
@@ -61,13 +62,13 @@ def test_each_device_holds_its_block_of_every_part():
 
 def test_stated_parts_prove_the_fused_projection(tmp_path):
     report = _verify("tp.hlo", {"inputs": {"wqkv": "shard(1, tp, parts=[8, 4, 4])"}}, tmp_path)
-    assert report.verdict == "equivalent", report.to_text()
+    assert report.verdict == "equivalent", render_text(report)
     assert "wqkv: shard(1, tp, parts=[8, 4, 4]) (relations file)" in report.relations["inputs"]
 
 
 def test_parts_are_inferred_from_the_cuts_both_programs_make():
     report = _verify("tp.hlo")
-    assert report.verdict == "equivalent", report.to_text()
+    assert report.verdict == "equivalent", render_text(report)
     inferred = "wqkv: shard(1, tp, parts=[8, 4, 4]) (inferred from how both graphs cut it)"
     assert inferred in report.relations["inputs"]
 
@@ -75,7 +76,7 @@ def test_parts_are_inferred_from_the_cuts_both_programs_make():
 @pytest.mark.parametrize("parts", ["shard(1, tp)", "shard(1, tp, parts=[4, 8, 4])"])
 def test_other_layouts_of_the_same_weight_are_refuted(parts, tmp_path):
     report = _verify("tp.hlo", {"inputs": {"wqkv": parts}}, tmp_path)
-    assert report.verdict == "not_equivalent", report.to_text()
+    assert report.verdict == "not_equivalent", render_text(report)
     assert report.counterexample
 
 
@@ -119,7 +120,7 @@ def test_an_output_with_parts_is_checked_part_by_part(tmp_path):
     """The fused product returned as it is: each device holds its block of q, k and v."""
     parts = "shard(1, tp, parts=[8, 4, 4])"
     report = _verify_fused_output(tmp_path, parts, parts)
-    assert report.verdict == "equivalent", report.to_text()
+    assert report.verdict == "equivalent", render_text(report)
     assert [o.node for o in report.outputs] == ["h part 0", "h part 1", "h part 2"]
 
 

@@ -18,6 +18,7 @@ from scalify.layout import layout_str
 from scalify.mesh import parse_mesh
 from scalify.partition import cut_points, forward_region, in_pass_order, segments
 from scalify.relations import RelationsFile, input_relations, output_relations
+from scalify.report.text import render_text
 from scalify.verify import verify_graphs
 
 pytest.importorskip("jax")
@@ -64,7 +65,7 @@ def test_both_passes_are_cut_between_layers(step):
 def test_the_step_is_proved_with_the_layers_reused(step):
     base, dist, rules = step
     report = verify_graphs(base, dist, rules, parse_mesh("tp=2"))
-    assert report.verdict == "equivalent", report.to_text()
+    assert report.verdict == "equivalent", render_text(report)
     assert report.stats["partitions"] >= 4 * LAYERS, report.stats
     assert report.stats["memo_hits"] >= 2 * (LAYERS - 2), report.stats
 
@@ -94,7 +95,7 @@ def test_an_all_reduce_dropped_in_a_middle_layers_backward_is_caught(step):
     report = verify_graphs(
         base, _without_a_middle_backward_all_reduce(dist), rules, parse_mesh("tp=2")
     )
-    assert report.verdict == "not_equivalent", report.to_text()
+    assert report.verdict == "not_equivalent", render_text(report)
     assert report.suspects
 
 
@@ -106,7 +107,7 @@ def test_a_failing_backward_segment_is_proved_again_whole(step, monkeypatch):
     report = verify_graphs(
         base, _without_a_middle_backward_all_reduce(dist), rules, parse_mesh("tp=2")
     )
-    assert report.verdict == "not_equivalent", report.to_text()
+    assert report.verdict == "not_equivalent", render_text(report)
     assert report.stats["partitions"] == 1, report.stats
 
 
@@ -133,7 +134,7 @@ def test_a_middle_layers_weight_gradient_negated_is_not_proved(step):
     base, dist, rules = step
     index = len(dist.outputs) // 2
     report = _one_output_negated(base, dist, rules, parse_mesh("tp=2"), index)
-    assert report.verdict == "not_equivalent", report.to_text()
+    assert report.verdict == "not_equivalent", render_text(report)
     assert [o.index for o in report.outputs if not o.ok] == [index]
 
 
@@ -155,7 +156,7 @@ def test_an_optimizer_step_is_proved_layer_by_layer(optimizer_step):
         assert graph.outputs[0] in forward
         assert not any(o in forward for o in graph.outputs[1:])
     report = verify_graphs(base, dist, rules, parse_mesh("dp=2,tp=2"))
-    assert report.verdict == "equivalent", report.to_text()
+    assert report.verdict == "equivalent", render_text(report)
     assert len(report.outputs) == 1 + 3 * (9 * LAYERS + 1)  # loss; weights, m, v
     assert report.stats["partitions"] > 2 * LAYERS and report.stats["memo_hits"] >= LAYERS
 
@@ -164,5 +165,5 @@ def test_an_updated_weight_negated_is_not_proved(optimizer_step):
     base, dist, rules = optimizer_step
     index = 1 + 9 * (LAYERS // 2)  # a middle layer's weight after the update
     report = _one_output_negated(base, dist, rules, parse_mesh("dp=2,tp=2"), index)
-    assert report.verdict == "not_equivalent", report.to_text()
+    assert report.verdict == "not_equivalent", render_text(report)
     assert [o.index for o in report.outputs if not o.ok] == [index]

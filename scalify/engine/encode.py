@@ -14,7 +14,7 @@ import itertools
 import math
 
 from scalify.ir import Graph, Node, is_scalar_fill
-from scalify.layout import Layout
+from scalify.layout import Layout, value_step
 from scalify.mesh import Mesh
 from scalify.ops import ELEMENTWISE, NOT_PURE, SIZED_OPERAND
 from scalify.ops.spec import Signature
@@ -272,7 +272,7 @@ def node_ref(side: str, node_id: int) -> str:
 
 
 def layout_term(
-    base_term: str, layout: Layout, shape: tuple[int, ...] = (), padding: str = "zero"
+    base_term: str, layout: Layout, shape: tuple[int, ...], padding: str = "zero"
 ) -> str:
     """The e-graph term stating `layout` over a baseline term of `shape`. A relations file's
     padding holds zeros in an input (a checkpoint's padded rows) and anything in an output."""
@@ -280,12 +280,13 @@ def layout_term(
     for p in layout:
         if p.kind == "shard":
             term = f"(Shard {term} {p.dim} {egg_string(p.axis)})"
-        elif p.kind == "padded":
-            term = f"(Padded {term} {p.dim} {sizes[p.dim]} {p.size} {egg_string(padding)})"
-            sizes[p.dim] = p.size
-        elif p.kind == "repeated":
-            term = f"(Repeated {term} {p.dim} {p.size} {p.unit})"
-            sizes[p.dim] *= p.size
+        elif p.kind in ("padded", "repeated"):
+            term = (
+                f"(Padded {term} {p.dim} {sizes[p.dim]} {p.size} {egg_string(padding)})"
+                if p.kind == "padded"
+                else f"(Repeated {term} {p.dim} {p.size} {p.unit})"
+            )
+            sizes[p.dim] = value_step(sizes[p.dim], p)
         else:
             term = f"(Partial {term} {egg_string(p.op)} {egg_string(p.axis)})"
     return term

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from scalify.compiler.compile import compile_rule_dir
 
+from scalify.errors import ScalifyError
 from scalify.frontends import load_graph
 from scalify.report.text import render_text
 from scalify.verify import verify_files
@@ -138,8 +139,13 @@ def test_tp6_padded_and_repeated_heads_are_proved(tp6_relations):
     report = _verify("tp1_layer1.hlo.gz", "tp6_layer1.hlo.gz", 6, tp6_relations)
     assert report.verdict == "equivalent", render_text(report)
     inputs = "\n".join(report.relations["inputs"])
-    assert "p12: padded(1, 8196) shard(1, tp)" in inputs  # the MLP width
+    # the MLP width; the zeros the proof rests on are said
+    assert (
+        "p12: padded(1, 8196) shard(1, tp) (inferred from shapes; "
+        "its padding assumed to hold zeros)" in inputs
+    )
     assert "p10: padded(1, 2304) shard(1, tp)" in inputs  # the output projection's heads
+    assert f"p9: {TP6_QKV} (relations file, inputs of shape [2048, 1152])" in inputs
     caches = [o.expected for o in report.outputs[1:]]
     assert caches == ["repeated(2, 4) padded(2, 36) shard(2, tp)"] * 2, caches
 
@@ -180,3 +186,19 @@ def test_tp6_k_slice_at_the_q_offset_is_caught(tp6_relations, tmp_path):
         "operand `concatenate.84` is padded(2, 36) shard(2, tp) of baseline `concatenate.71`"
         in (render_text(report))
     )
+
+
+def test_a_named_input_comes_before_its_shape_and_an_unused_shape_is_an_error(tmp_path):
+    """`p9` named gets its own layout (K and V heads stated as repeated columns: not proved)
+    over the shape's entry; a shape that no input has is reported like an unknown name."""
+    columns = TP6_QKV.replace("repeated(1, 4, 64)", "repeated(1, 4)")
+    named = tmp_path / "named.json"
+    inputs = {"[2048, 1152]": TP6_QKV, "p9": columns}
+    named.write_text(json.dumps({"inputs": inputs, "outputs": "inferred"}))
+    report = _verify("tp1_layer1.hlo.gz", "tp6_layer1.hlo.gz", 6, str(named))
+    assert f"p9: {columns} (relations file)" in report.relations["inputs"]
+    assert report.verdict != "equivalent"
+    unused = tmp_path / "unused.json"
+    unused.write_text(json.dumps({"inputs": {"[7, 7]": "shard(0, tp)"}}))
+    with pytest.raises(ScalifyError, match=r"does not have: \[7, 7\]"):
+        _verify("tp1_layer1.hlo.gz", "tp6_layer1.hlo.gz", 6, str(unused))
