@@ -47,12 +47,15 @@ Value = Var | IntLit | StrLit | App
 
 @dataclass(frozen=True)
 class Relation:
-    """`X ~ x @ layout`: distributed term X relates to baseline term x by layout."""
+    """`X ~ x @ layout`: distributed term X relates to baseline term x by layout; in a
+    chain `x @ inner... @ layout`, the inner layouts (a repeated or padded value) apply to x
+    first."""
 
     dist: Value
     base: Value
     layout: Value
     span: Span
+    inner: tuple[Value, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,7 @@ from .signatures import (
     SIZE,
     SPLAT,
     VALUE_FUNCTIONS,
+    VALUE_LAYOUTS,
     WHERE_ONLY_SPREADS,
 )
 
@@ -182,6 +183,7 @@ class RuleChecker:
                     "the middle of `X ~ x @ layout` must be a new baseline variable",
                 )
             self._bind(clause.base, BASE, info)
+            self._check_chain(clause.inner, info, binding=True)
             self._check_layout(clause.layout, info, binding=True)
             return
         if isinstance(clause, Comparison | Equation):
@@ -246,6 +248,18 @@ class RuleChecker:
                 self._bind(axis, AXIS, info)
             else:
                 self._require_bound(axis, info, AXIS)
+
+    def _check_chain(self, inner: tuple[Value, ...], info: RuleInfo, binding: bool) -> None:
+        """The layouts before the last of a chain `x @ L1 @ L2`: values of the baseline side
+        (a padded or repeated one) that the last layout places."""
+        for layout in inner:
+            if not isinstance(layout, App) or layout.name not in VALUE_LAYOUTS:
+                raise self.fail(
+                    _span(layout),
+                    "a layout before the last of a chain is `padded(d, m, n, zero|any)` "
+                    "or `repeated(d, k, u)`: a value the last layout places",
+                )
+            self._check_layout(layout, info, binding)
 
     def _base_arg(self, value: Value, info: RuleInfo, binding: bool) -> None:
         """A baseline variable inside a layout (the shift g, the divisor y)."""
@@ -379,6 +393,7 @@ class RuleChecker:
                     _span(clause.dist), "the left of the rewrite must repeat the matched term"
                 )
             self._check_base_term(clause.base, info)
+            self._check_chain(clause.inner, info, binding=False)
             self._check_layout(clause.layout, info, binding=False)
             return
         if isinstance(clause, Equation):

@@ -10,7 +10,7 @@ are facts about op signatures that the engine states before running the rules.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .ast import App, Comparison, Equation, IntLit, Membership, Relation, StrLit, Value, Var
 from .check import RuleInfo
@@ -152,6 +152,18 @@ class _Lowering:
             self.aliases[base] = dist
 
     def relation(self, clause: Relation) -> None:
+        if clause.inner:  # X ~ x @ L1 @ L2: X ~ v @ L2 with v the term L1(x)
+            placed = self.fresh("placed").removeprefix("?")
+            outer = replace(clause, base=Var(placed, clause.span), inner=())
+            if id(clause) in self.choices:  # a spread's way of meeting it, chosen for clause
+                self.choices[id(outer)] = self.choices[id(clause)]
+            self.relation(outer)
+            term = self.var(clause.base.name)
+            for layout in clause.inner:
+                term = self.layout_term(term, layout)
+            self.query.append(f"(= {self.var(placed)} {term})")
+            self.in_query.add(clause.base.name)
+            return
         dist = self.var(clause.dist.name)
         layout = clause.layout
         if isinstance(layout, Var):  # replicate
@@ -316,7 +328,9 @@ def _lower_one(info: RuleInfo, ruleset: str, name: str, choices: dict[int, str])
         low.where(clause)
     rewrite = rule.rewrite
     if isinstance(rewrite, Relation):
-        target = low.layout_term(low.build(rewrite.base), rewrite.layout)
+        target = low.build(rewrite.base)
+        for layout in (*rewrite.inner, rewrite.layout):
+            target = low.layout_term(target, layout)
     else:
         assert isinstance(rewrite, Equation)
         target = low.build(rewrite.rhs)

@@ -70,7 +70,8 @@ class _ToAst(Transformer):
 
     @v_args(meta=True)
     def relation(self, meta, children) -> ast.Relation:
-        return ast.Relation(children[0], children[1], children[2], self._span(meta))
+        dist, base, *layouts = children
+        return ast.Relation(dist, base, layouts[-1], self._span(meta), tuple(layouts[:-1]))
 
     @v_args(meta=True)
     def membership(self, meta, children) -> ast.Membership:

@@ -58,6 +58,8 @@ LAYOUTS: dict[str, int] = {
 # layouts with no mesh axis
 AXIS_FREE = frozenset({"padded", "repeated", "spread_padded", "spread_repeated"})
 WHERE_ONLY_SPREADS = frozenset({"spread_padded", "spread_repeated"})
+# layouts that are values of the baseline side: the inner links of a chain `x @ L1 @ L2`
+VALUE_LAYOUTS = AXIS_FREE - WHERE_ONLY_SPREADS
 RESCALED = frozenset({"rescaled_shard", "rescaled_partial"})
 # layouts whose first argument is a partial's op and second its axis
 PARTIAL_LIKE = frozenset({"partial", "rescaled_partial", "log_partial", "normalised_partial"})

@@ -14,7 +14,7 @@ from .block_iotas import fold_block_iotas
 from .block_lookup import fold_block_lookups
 from .broadcast_lookups import lift_broadcast_indices
 from .broadcast_sinking import sink_broadcasts
-from .device_tables import fold_device_tables
+from .device_tables import fold_device_scalars, fold_device_tables
 from .errors import ScalifyError
 from .gather_sinking import sink_gathers
 from .index_forms import guarded_index_range
@@ -218,6 +218,7 @@ def canonicalize(graph: Graph) -> Graph:
     fold_literals(graph)
     join_padded_pieces(graph)
     fold_literal_arrays(graph)
+    fold_device_scalars(graph)  # after the arrays: they read a per-device test as a block
     # again: a predicate evaluated just now (an optimizer's `step >= 1`) decides a select
     fold_literals(graph)
     lift_broadcast_indices(graph)

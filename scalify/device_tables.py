@@ -76,18 +76,9 @@ def fold_device_tables(graph: Graph) -> None:
                 return _composed_table(node, values, index, next_id)
             start, step = affine
         new = NewNodes(node, next_id)
-        pid, stride, count = coordinate
-        pid_dtype = nodes[pid].dtype
-        value = new.add("div", (pid, _const(new, stride, pid_dtype)), (), pid_dtype, {})
-        value = new.add("rem", (value, _const(new, count, pid_dtype)), (), pid_dtype, {})
+        coordinate_id = _affine_in_coordinate(new, coordinate, start, step, nodes)
         if (start, step) == (0, 1):  # the coordinate itself: a table may be indexed by it
-            coordinates[value] = coordinate
-        value = new.add("convert", (value,), (), node.dtype, {"dtype": node.dtype})
-        if step != 1:
-            value = new.add("mul", (value, _const(new, step, node.dtype)), (), node.dtype, {})
-        if start != 0:
-            value = new.add("add", (value, _const(new, start, node.dtype)), (), node.dtype, {})
-        new.add("reshape", (value,), (1,), node.dtype, {})
+            coordinates[coordinate_id] = coordinate
         return new.nodes
 
     scalars: list[DeviceScalars] = []  # made on first use, for the graph as it was
@@ -113,6 +104,94 @@ def fold_device_tables(graph: Graph) -> None:
         return _joint_offset(node, pid, fit, next_id, graph.nodes)
 
     replace_nodes(graph, rewrite)
+
+
+def _affine_in_coordinate(
+    new: NewNodes, coordinate: Coordinate, start: int, step: int, nodes: dict[int, Node]
+) -> int:
+    """`t0 + k * ((id / s) % n)` in the node's dtype and shape, written as the rules read it
+    (`axis_coordinate`); returns the id of the coordinate `(id / s) % n` itself."""
+    node = new.like
+    pid, stride, count = coordinate
+    pid_dtype = nodes[pid].dtype
+    found = new.add("div", (pid, _const(new, stride, pid_dtype)), (), pid_dtype, {})
+    found = new.add("rem", (found, _const(new, count, pid_dtype)), (), pid_dtype, {})
+    value = new.add("convert", (found,), (), node.dtype, {"dtype": node.dtype})
+    if step != 1:
+        value = new.add("mul", (value, _const(new, step, node.dtype)), (), node.dtype, {})
+    if start != 0:
+        value = new.add("add", (value, _const(new, start, node.dtype)), (), node.dtype, {})
+    if node.shape:
+        new.add("reshape", (value,), node.shape, node.dtype, {})
+    return found
+
+
+def fold_device_scalars(graph: Graph) -> None:
+    """Write each integer scalar computed from the device id alone as the affine form it
+    takes on every device, `t0 + k * ((id / s) % n)`, when it takes one: `(r // 2) * 8`
+    spelled as JAX's floor division and wrapped as a slice start, or `(r % 2) * 4`, read as
+    the block a device takes, whatever the spelling (rules match one form). Only the
+    outermost such value is written; evaluated on every device, so only on modules of at
+    most MAX_DEVICES devices."""
+    devices = graph.num_partitions or math.prod(graph.mesh_hint.values())
+    if not devices or devices < 2 or devices > MAX_DEVICES:
+        return
+    pid = next((n.id for n in graph.nodes.values() if _device_id(n, graph.nodes) is not None), None)
+    if pid is None:
+        return
+    pid = _device_id(graph.nodes[pid], graph.nodes)
+    scalars = DeviceScalars(graph, devices)
+    users = graph.users()
+    targets = {
+        n.id
+        for n in graph.nodes.values()
+        if is_int_dtype(n.dtype)
+        and n.id not in scalars.literal
+        and n.op != "rank_index"
+        and not _affine_form(n, graph.nodes)
+        and scalars.of(n.id) is not None
+        and any(scalars.of(u) is None for u in users[n.id])
+    }
+
+    def rewrite(node: Node, next_id: int) -> list[Node]:
+        if node.id not in targets:
+            return []
+        values = [np.asarray(v).reshape(-1)[0] for v in scalars.of(node.id)]
+        fit = coordinate_fit(values, devices)
+        if fit is None:
+            return []
+        (stride, count), step = fit
+        new = NewNodes(node, next_id)
+        if step == 0:
+            value = _const(new, int(values[0]), node.dtype)
+            if node.shape:
+                new.add("reshape", (value,), node.shape, node.dtype, {})
+            return new.nodes
+        _affine_in_coordinate(new, (pid, stride, count), int(values[0]), step, graph.nodes)
+        return new.nodes
+
+    if targets:
+        replace_nodes(graph, rewrite)
+
+
+def _affine_form(node: Node, nodes: dict[int, Node]) -> bool:
+    """Whether the node is already written as `_affine_in_coordinate` writes it."""
+    if node.op == "reshape":
+        node = nodes[node.operands[0]]
+    for op in ("add", "mul"):
+        if node.op == op and nodes[node.operands[1]].op == "constant":
+            node = nodes[node.operands[0]]
+    if node.op != "convert":
+        return False
+    found = nodes[node.operands[0]]
+    if found.op != "rem" or nodes[found.operands[1]].op != "constant":
+        return False
+    step = nodes[found.operands[0]]
+    return (
+        step.op == "div"
+        and nodes[step.operands[1]].op == "constant"
+        and _device_id(nodes[step.operands[0]], nodes) is not None
+    )
 
 
 # (t0, k, [(stride, count), ...] most significant first): t[i] = t0 + k * J(i), J the

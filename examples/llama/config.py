@@ -60,6 +60,8 @@ def add_variant_options(ap: argparse.ArgumentParser) -> None:
     """The command-line options that pick a model variant (export.py and check.py)."""
     ap.add_argument("--config", choices=sorted(CONFIGS), default="tiny")
     ap.add_argument("--layers", type=int, help="override the config's layer count")
+    ap.add_argument("--heads", type=int, help="override the config's q head count")
+    ap.add_argument("--kv-heads", type=int, help="override the config's KV head count")
     ap.add_argument(
         "--fused",
         action="store_true",
@@ -79,8 +81,9 @@ def add_variant_options(ap: argparse.ArgumentParser) -> None:
 def config_from(args: argparse.Namespace) -> LlamaConfig:
     """The config the variant options describe."""
     cfg = CONFIGS[args.config]
-    if args.layers is not None:
-        cfg = dataclasses.replace(cfg, layers=args.layers)
+    for name in ("layers", "heads", "kv_heads"):
+        if getattr(args, name, None) is not None:
+            cfg = dataclasses.replace(cfg, **{name: getattr(args, name)})
     return dataclasses.replace(
         cfg,
         fused=args.fused,

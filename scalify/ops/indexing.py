@@ -179,6 +179,27 @@ def _device_coordinate(b, stride: int, n: int) -> int:
     return device_coordinate(b.dist_only, b.maybe_wrong(n), stride, "s32")
 
 
+def _group_slice(b, n: int, stride: int, q: int) -> int:
+    """Block `(r // q)` of k entries of a replicated x, each of its n / q blocks taken by q
+    neighbouring devices; stride, count and block size right most of the time."""
+    rank = int(b.rng.integers(1, 3))
+    shape = [b.size() for _ in range(rank)]
+    d = int(b.rng.integers(rank))
+    k = b.size()
+    shape[d] = n // q * k
+    x = b.input(tuple(shape), "f32", ())
+    c = _device_coordinate(b, stride * q, n // q)
+    step = b.dist_only("constant", (), (), "s32", {"value": str(b.maybe_wrong(k))})
+    offset = b.dist_only("mul", (c, step), (), "s32", {})
+    size = list(shape)
+    size[d] = k
+    out = b.dist_only(
+        "slice_at", (x, offset), tuple(size), "f32", {"dim": d, "size": k, "parts": n // q}
+    )
+    b.base_output = x
+    return out
+
+
 # in_block / block_offset: is an index in this device's block, and where in it
 
 
@@ -329,7 +350,9 @@ def _update_at_instance(b) -> int:
 
 def device_slice(b) -> int:
     """A slice of x at offset k * ((partition id / s) % n), with s, n and k right for a random
-    axis most of the time and wrong otherwise; x is replicated over the axis, or not."""
+    axis most of the time and wrong otherwise; x is replicated over the axis, or not. A
+    fifth of the time the blocks are fewer than the devices: groups of q neighbours take one
+    block each, at k * ((partition id / (s * q)) % (n / q)) (a KV head shared by q devices)."""
     names = b.mesh.names
     axis = names[int(b.rng.integers(len(names)))]
     n = b.mesh.axis_size(axis)
@@ -340,6 +363,9 @@ def device_slice(b) -> int:
     shape = [b.size() for _ in range(rank)]
     d = int(b.rng.integers(rank))
     unit_slices = b.rng.random() < 0.3  # one entry per device: the offset is the coordinate
+    groups = [q for q in range(2, n + 1) if n % q == 0]
+    if not unit_slices and groups and b.rng.random() < 0.3:
+        return _group_slice(b, n, stride, groups[int(b.rng.integers(len(groups)))])
     shape[d] = n * (
         int(b.rng.integers(1, 3)) if unit_slices else b.unit * int(b.rng.integers(1, 3))
     )
