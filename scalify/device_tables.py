@@ -161,12 +161,9 @@ def fold_device_scalars(graph: Graph) -> None:
         if fit is None:
             return []
         (stride, count), step = fit
+        if step == 0:  # the same on every device: no block to read, and its line is kept
+            return []
         new = NewNodes(node, next_id)
-        if step == 0:
-            value = _const(new, int(values[0]), node.dtype)
-            if node.shape:
-                new.add("reshape", (value,), node.shape, node.dtype, {})
-            return new.nodes
         _affine_in_coordinate(new, (pid, stride, count), int(values[0]), step, graph.nodes)
         return new.nodes
 

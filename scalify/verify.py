@@ -79,6 +79,7 @@ from .simulate import NotSimulable, simulate
 from .slice_views import with_slice_alternatives
 from .unit_broadcasts import with_paired_broadcast_forms, with_unit_broadcast_forms
 from .unit_dims import with_unit_alternatives
+from .unit_dots import squeezed_unit, with_unit_dot_forms
 from .unit_round_trips import with_round_trip_forms
 
 # Graphs below this size are proved whole; partitioning pays off on deep stacks.
@@ -282,9 +283,10 @@ def _refine(base, dist, mesh, inputs, outputs, definite: bool, limits: Limits):
 
 
 def alternative_forms(graph: Graph) -> Graph:
-    """Reshape round trips folded, unit-dim reshapes moved through elementwise ops: equal
-    forms of the graph as it stands, for the e-graph to union with the originals."""
-    return with_unit_alternatives(with_round_trip_forms(graph))
+    """Reshape round trips folded, unit-dim reshapes moved through elementwise ops, squeezed
+    unit dims kept in dots: equal forms of the graph as it stands, for the e-graph to union
+    with the originals."""
+    return with_unit_dot_forms(with_unit_alternatives(with_round_trip_forms(graph)))
 
 
 def prove(
@@ -305,6 +307,7 @@ def prove(
     dist = with_window_forms(dist, mesh)  # before the vocabulary: its literals are new
     commands = vocabulary_facts(mesh, [base, dist]) + scaling_facts(mesh, [base, dist])
     base_ids, dist_ids = set(base.nodes), set(dist.nodes)
+    squeezes = {n.id for n in dist.nodes.values() if squeezed_unit(n, dist) is not None}
     parts = local_part_cuts(inputs, mesh)  # inputs related through their parts
     base, dist, inputs = with_part_views(base, dist, inputs, mesh)
     base = with_slice_alternatives(alternative_forms(base), baseline=True)
@@ -322,7 +325,7 @@ def prove(
     with rules_session(scaling_rules(), rules_program) as session:
         session.feed(commands)
         stats = session.saturate(limits.max_rounds, limits.node_limit)
-        relations, replicated = read_proof(session)
+        relations, replicated, held = read_proof(session)
         unproved = {
             r.dist_id: layout_term(
                 node_ref("b", r.base_id), r.layout, base.node(r.base_id).shape, padding="any"
@@ -333,8 +336,11 @@ def prove(
         scaled = scaled_outputs(session, unproved, mesh) if unproved else {}
     # Only the graphs' own nodes: the alternative forms are the proof's, not the report's.
     # A node related only to an alternative form (a block of a slice of a fused weight) is
-    # still no place where a bug starts.
-    reached = {d for d, rels in relations.items() if d in dist_ids and rels}
+    # still no place where a bug starts; nor is a squeeze of a unit dim that holds a block of
+    # a value the baseline could compute but does not (DistHeld: a device's one q head as
+    # [b, s, d], proved on through the dots that keep its unit dim, unit_dots.py). Other
+    # views stay suspects: a reshape on the wrong factor holds such a block too.
+    reached = {d for d, rels in relations.items() if d in dist_ids and rels} | (held & squeezes)
     relations = {
         d: {(lay, b) for lay, b in rels if b in base_ids}
         for d, rels in relations.items()

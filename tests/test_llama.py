@@ -244,12 +244,18 @@ def test_a_training_step_with_one_kv_head_per_device_verifies(cli, tmp_path):
     assert weights and set(weights) <= {"replicate", "shard(0, tp)", "shard(1, tp)"}
 
 
-@pytest.mark.parametrize("tp, heads", [(16, 32), (32, 64)], ids=["tp16", "tp32"])
+@pytest.mark.parametrize(
+    "tp, heads",
+    [(16, 32), (32, 64), (16, 16), (32, 32), (64, 64)],
+    ids=["tp16", "tp32", "tp16-one-q-head", "tp32-one-q-head", "tp64-one-q-head"],
+)
 def test_fewer_kv_heads_than_devices_verify_and_a_wrong_split_is_caught(cli, tmp_path, tp, heads):
-    """8 KV heads at tp 16 and 32 (Llama-3.1 8B and 70B's ratio of q to KV heads): each
-    device slices the one KV head its two q heads read from the whole wk and wv, at
-    `(r // q) * head_dim` written as JAX's floor division and slice-start wrap. That is
-    block r of the weight with each KV head repeated q times. The wrong split (`r * 2 % 8`)
+    """8 KV heads at tp 16 to 64 (Llama-3.1 8B/70B/405B at tp 16 and 32 have 1 to 8 q heads
+    per device): each device slices the one KV head its q heads read from the whole wk and
+    wv, at `(r // q) * head_dim` written as JAX's floor division and slice-start wrap. That
+    is block r of the weight with each KV head repeated q times. With one q head per device
+    XLA squeezes the head dim away; the dots are proved with it kept (unit_dots.py), at one
+    e-graph size for every degree. The wrong split (`r * 2 % 8`)
     is caught at the slice that takes the wrong block with it (the start is read as the
     arithmetic it is on every device, so no line of its spelling is singled out)."""
     export_tiny(tmp_path, tp, "layers", "--heads", str(heads), "--kv-heads", "8",
@@ -257,6 +263,7 @@ def test_fewer_kv_heads_than_devices_verify_and_a_wrong_split_is_caught(cli, tmp
     code, report = verify(cli, tmp_path, "tp")
     assert (code, report["verdict"]) == (0, "equivalent"), report["suspects"][:1]
     assert report["stats"]["rules_fired"].get("slice_at_group_coordinate")
+    assert report["stats"]["egraph_nodes"] < 7_000  # the same at every degree
     code, report = verify(cli, tmp_path, "tp_kv_heads_wrong_split")
     assert (code, report["verdict"]) == (1, "not_equivalent")
     first = report["suspects"][0]

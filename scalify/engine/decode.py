@@ -9,13 +9,17 @@ from scalify.layout import Layout, Placement
 from .egraph import EGraphSession
 
 
-def read_proof(session: EGraphSession) -> tuple[dict[int, set[tuple[Layout, int]]], set[int]]:
+def read_proof(
+    session: EGraphSession,
+) -> tuple[dict[int, set[tuple[Layout, int]]], set[int], set[int]]:
     """What saturation established, from one snapshot of the e-graph: for each distributed
-    node its layouts over baseline nodes (DistDesc), and the nodes that are the same on every
-    device (DistBase)."""
+    node its layouts over baseline nodes (DistDesc), the nodes that are the same on every
+    device (DistBase), and those that hold a block or partial sum of a value computable from
+    baseline values (DistHeld)."""
     functions = session.frozen().functions
     replicated = {session.i64(row.inputs[0]) for row in functions["DistBase"].rows}
-    return _relations(session, functions), replicated
+    held = {session.i64(row.inputs[0]) for row in functions["DistHeld"].rows}
+    return _relations(session, functions), replicated, held
 
 
 def _relations(session: EGraphSession, functions) -> dict[int, set[tuple[Layout, int]]]:
