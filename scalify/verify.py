@@ -307,7 +307,11 @@ def prove(
     dist = with_window_forms(dist, mesh)  # before the vocabulary: its literals are new
     commands = vocabulary_facts(mesh, [base, dist]) + scaling_facts(mesh, [base, dist])
     base_ids, dist_ids = set(base.nodes), set(dist.nodes)
-    squeezes = {n.id for n in dist.nodes.values() if squeezed_unit(n, dist) is not None}
+    squeezes = {  # an output is judged by its own relation, so none is among them
+        n.id
+        for n in dist.nodes.values()
+        if squeezed_unit(n, dist) is not None and n.id not in dist.outputs
+    }
     parts = local_part_cuts(inputs, mesh)  # inputs related through their parts
     base, dist, inputs = with_part_views(base, dist, inputs, mesh)
     base = with_slice_alternatives(alternative_forms(base), baseline=True)
