@@ -202,6 +202,10 @@ def main() -> int:
             lambda: export_llama(tmp / "train_r", "8b", 8, parts="train_layers"),
             lambda: export_llama(tmp / "forward_r", "8b", 8),
         ),
+        "kv_tp64_over_tp16": (  # 405B's 8 KV heads, each shared by 8 or 2 devices
+            lambda: export_llama(tmp / "kv_tp64", "405b", 64, layers=2),
+            lambda: export_llama(tmp / "kv_tp16", "405b", 16, layers=2),
+        ),
         "layers126_over_32": (
             lambda: export_llama(tmp / "layers126", "8b", 8, layers=126),
             lambda: export_llama(tmp / "layers32", "8b", 8, layers=32),
