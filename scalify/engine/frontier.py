@@ -8,10 +8,13 @@ marked definite, the rest say that a rule may be missing.
 from __future__ import annotations
 
 import linecache
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from scalify.device_tables import DeviceScalars
+from scalify.int_ranges import is_int_dtype
 from scalify.ir import Graph, Node, at_line
 from scalify.layout import Layout, canonical, layout_str
 from scalify.mesh import Mesh
@@ -81,6 +84,9 @@ def _compute_rank_derived(graph: Graph) -> set[int]:
 
 def describe(node_id: int, dist: Graph, base: Graph, proven: Proven) -> str:
     node = dist.node(node_id)
+    if node_id in _rank_derived(dist) and (values := per_device_values(dist, node_id)):
+        shown = ", ".join(str(v) for v in values[:8]) + (", ..." if len(values) > 8 else "")
+        return f"`{node.name}` is computed from the device id: {shown} on devices 0, 1, ..."
     if node_id not in proven:
         kind = "a literal" if _is_literal(node, dist) else "unrelated to the baseline"
         return f"`{node.name}` is {kind}"
@@ -91,6 +97,15 @@ def describe(node_id: int, dist: Graph, base: Graph, proven: Proven) -> str:
         }
     )
     return f"`{node.name}` is " + " | ".join(parts[:3])
+
+
+def per_device_values(graph: Graph, node_id: int) -> list | None:
+    """An integer scalar's value on each device, when it is computed from the device id and
+    literals alone (an offset, a block index), else None."""
+    devices = graph.num_partitions or math.prod(graph.mesh_hint.values())
+    if devices < 2 or not is_int_dtype(graph.node(node_id).dtype):
+        return None
+    return DeviceScalars(graph, devices).of(node_id)
 
 
 def _layouts(node_id: int, proven: Proven) -> list[Layout]:
