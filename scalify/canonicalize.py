@@ -27,6 +27,7 @@ from .one_hot import fold_one_hots
 from .padded_pieces import join_padded_pieces
 from .reshape_refinement import refined_steps
 from .static_indices import fold_static_indices
+from .view_blocks import write_view_blocks
 from .views_through_broadcasts import add_views_through_broadcasts
 
 
@@ -269,6 +270,7 @@ def canonicalize(graph: Graph) -> Graph:
                 nodes[step.id] = step
             graph.equalities.append((node.id, alternative[-1].id))
     graph.nodes = nodes
+    write_view_blocks(graph)  # on the merge, split and slice_at steps just made
     sink_broadcasts(graph)
     add_unmerged_batch_forms(graph, viewed_as)
     add_views_through_broadcasts(graph)

@@ -184,6 +184,27 @@ def test_fused_weight_cut_as_one_block_is_traced_to_its_line(cli, fused, bug):
     assert (first["second"]["role"], first["second"]["op"]) == ("shows at", "slice")
 
 
+@pytest.mark.parametrize("tp", [2, 4, 8])
+def test_a_fused_weight_re_laid_out_by_views_verifies(cli, tmp_path, tp):
+    """Each device takes one block of the whole [gate|up] re-laid out by
+    `reshape(d, 2, tp, f / tp).transpose(0, 2, 1, 3).reshape(d, 2 f)`: the view chain run on
+    the cut dim's positions shows the block is [gate_r | up_r] (view_blocks.py). Laid out
+    without the transpose, the block is one contiguous block of [gate|up]: caught, at the
+    block the re-laid-out weight gives."""
+    export_tiny(tmp_path, tp, "layers", "--fused", "--fused-cut", "relaid")
+    code, report = verify(cli, tmp_path, "tp")
+    assert (code, report["verdict"]) == (0, "equivalent"), report["suspects"][:1]
+    code, report = verify(cli, tmp_path, "tp_relaid_wrong_order")
+    assert (code, report["verdict"]) == (1, "not_equivalent")
+    first = report["suspects"][0]
+    relaid_call = line_of_text(LLAMA / "model.py", "w = one_block(relaid(")
+    assert (first["op"], first["caller"]) == ("slice_at", ["examples/llama/model.py", relaid_call])
+
+
+def line_of_text(path: Path, text: str) -> int:
+    return next(n for n, line in enumerate(path.read_text().splitlines(), 1) if text in line)
+
+
 def test_interleaved_rope_verifies(cli, tmp_path):
     """Meta's complex-form RoPE (dims 2i and 2i+1 paired): strided views of the head dim,
     which no layout touches, so the column-parallel heads go through unchanged."""

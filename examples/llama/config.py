@@ -25,6 +25,10 @@ class LlamaConfig:
     # Fused projections: one [Q|K|V] weight and one [gate|up] weight per layer, each split
     # after its matmul (`--fused` in export.py); the tensor-parallel body cuts every part.
     fused: bool = False
+    # How each device cuts its [gate_i|up_i] from the whole fused weight: slices of each part
+    # ("parts"), or one block of the weight re-laid out by a reshape-transpose-reshape that
+    # puts every device's columns of the two parts side by side ("relaid", `--fused-cut`).
+    fused_cut: str = "parts"
     # RoPE pairing: rotate-half (dims i, i + head_dim/2; Hugging Face) by default, or
     # interleaved (dims 2i, 2i+1; Meta's complex form) with `--rope interleaved`.
     rope_interleaved: bool = False
@@ -67,6 +71,12 @@ def add_variant_options(ap: argparse.ArgumentParser) -> None:
         action="store_true",
         help="fused [Q|K|V] and [gate|up] weights, cut per part on each device",
     )
+    ap.add_argument(
+        "--fused-cut",
+        choices=("parts", "relaid"),
+        default="parts",
+        help="with --fused: cut [gate|up] per part, or as one block of the re-laid-out weight",
+    )
     ap.add_argument("--rope", choices=("half", "interleaved"), default="half")
     ap.add_argument("--qk-norm", action="store_true", help="RMSNorm over all q and k heads")
     ap.add_argument("--lookup", choices=("gather", "one_hot"), default="gather")
@@ -87,6 +97,7 @@ def config_from(args: argparse.Namespace) -> LlamaConfig:
     return dataclasses.replace(
         cfg,
         fused=args.fused,
+        fused_cut=args.fused_cut,
         rope_interleaved=args.rope == "interleaved",
         qk_norm=args.qk_norm,
         one_hot_lookup=args.lookup == "one_hot",

@@ -35,9 +35,10 @@ Bug = Literal[
     "fused_qkv_one_block",
     "fused_gate_up_one_block",
     "qk_norm_local_heads",
+    "relaid_wrong_order",
 ]
 BUGS: tuple[Bug, ...] = get_args(Bug)  # the names once: the Literal's, in order
-FUSED_BUGS = frozenset({"fused_qkv_one_block", "fused_gate_up_one_block"})
+FUSED_BUGS = frozenset({"fused_qkv_one_block", "fused_gate_up_one_block", "relaid_wrong_order"})
 
 
 def attention_shapes(cfg: LlamaConfig) -> Params:
@@ -383,7 +384,18 @@ def blocks_of_parts(w: Array, sizes: list[int], tp: int) -> Array:
     )
 
 
-def tp_gated(h: Array, layer: Params, bug: Bug | None) -> Array:
+def relaid(w: Array, parts: int, tp: int, bug: Bug | None = None) -> Array:
+    """A fused weight of `parts` equal parts with its columns re-laid out so that each
+    device's block of every part sits side by side: [g_0|u_0|g_1|u_1|...] from [g|u]."""
+    rows, width = w.shape
+    if bug == "relaid_wrong_order":
+        w = w.reshape(rows, tp, parts, width // parts // tp)  # BUG: relaid_wrong_order
+    else:
+        w = w.reshape(rows, parts, tp, width // parts // tp).transpose(0, 2, 1, 3)
+    return w.reshape(rows, width)
+
+
+def tp_gated(h: Array, layer: Params, bug: Bug | None, cut: str = "parts") -> Array:
     """silu(h @ gate) * (h @ up) on this device's ffn columns."""
     if "w_gate_up" not in layer:
         return swiglu(h, layer["w_gate"], layer["w_up"])
@@ -392,6 +404,8 @@ def tp_gated(h: Array, layer: Params, bug: Bug | None) -> Array:
     if bug == "fused_gate_up_one_block":
         wgu, n, r = layer["w_gate_up"], 2 * ffn // tp, lax.axis_index("tp")
         w = lax.dynamic_slice_in_dim(wgu, r * n, n, 1)  # BUG: fused_gate_up_one_block
+    elif cut == "relaid":
+        w = one_block(relaid(layer["w_gate_up"], 2, tp, bug), tp)
     else:
         w = blocks_of_parts(layer["w_gate_up"], [ffn, ffn], tp)
     g, u = jnp.split(h @ w, 2, axis=-1)
@@ -410,7 +424,7 @@ def tp_attention(
 
 def tp_mlp(x: Array, layer: Params, cfg: LlamaConfig, bug: Bug | None) -> Array:
     h = rms_norm(x, layer["mlp_norm"], cfg.rms_eps)
-    partial_sum = tp_gated(h, layer, bug) @ layer["w_down"]
+    partial_sum = tp_gated(h, layer, bug, cfg.fused_cut) @ layer["w_down"]
     if bug == "missing_mlp_allreduce":
         return x + partial_sum  # BUG: missing_mlp_allreduce
     return x + lax.psum(partial_sum, "tp")
@@ -534,7 +548,7 @@ def sp_layer(
     h = gather(rms_norm(x, layer["attn_norm"], cfg.rms_eps))
     x = x + scatter(attention_partial(h, layer, cos, sin, cfg, bug))
     h = gather(rms_norm(x, layer["mlp_norm"], cfg.rms_eps))
-    partial_sum = tp_gated(h, layer, bug) @ layer["w_down"]
+    partial_sum = tp_gated(h, layer, bug, cfg.fused_cut) @ layer["w_down"]
     if bug == "sp_slice_not_scatter":
         start, n = lax.axis_index("tp") * x.shape[1], x.shape[1]
         mine = lax.dynamic_slice_in_dim(partial_sum, start, n, 1)  # BUG: sp_slice_not_scatter
