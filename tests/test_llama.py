@@ -290,3 +290,16 @@ def test_fewer_kv_heads_than_devices_verify_and_a_wrong_split_is_caught(cli, tmp
     first = report["suspects"][0]
     assert (first["op"], first["function"]) == ("slice_at", "slice_kv_head"), first
     assert report["counterexample"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("config, tp", [("8b", 32), ("70b", 16), ("405b", 32)])
+def test_published_configs_with_fewer_kv_heads_than_devices_verify(cli, tmp_path, config, tp):
+    """Llama-3.1 8B at tp 32 (one q head per device), 70B at tp 16 and 405B at tp 32, two
+    layers at their real shapes: 8 KV heads, each shared by 2 to 4 devices."""
+    export_example(
+        LLAMA / "export.py", tmp_path, "--config", config, "--tp", str(tp), "--layers", "2",
+        "--parts", "layers", "--bugs", "none",
+    )  # fmt: skip
+    code, report = verify(cli, tmp_path, "tp")
+    assert (code, report["verdict"]) == (0, "equivalent"), report["suspects"][:1]
