@@ -342,9 +342,15 @@ def prove(
     # A node related only to an alternative form (a block of a slice of a fused weight) is
     # still no place where a bug starts; nor is a squeeze of a unit dim that holds a block of
     # a value the baseline could compute but does not (DistHeld: a device's one q head as
-    # [b, s, d], proved on through the dots that keep its unit dim, unit_dots.py). Other
-    # views stay suspects: a reshape on the wrong factor holds such a block too.
-    reached = {d for d, rels in relations.items() if d in dist_ids and rels} | (held & squeezes)
+    # [b, s, d], proved on through the dots that keep its unit dim, unit_dots.py) when what
+    # it squeezes is related. Other views stay suspects: a reshape on the wrong factor holds
+    # such a block too.
+    reached = {d for d, rels in relations.items() if d in dist_ids and rels}
+    reached |= {
+        d
+        for d in held & squeezes
+        if any(b in base_ids for _, b in relations.get(dist.node(d).operands[0], ()))
+    }
     relations = {
         d: {(lay, b) for lay, b in rels if b in base_ids}
         for d, rels in relations.items()
