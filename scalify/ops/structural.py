@@ -291,6 +291,8 @@ def _split_maps(node, shapes, out_rank) -> list[list[int]]:
 
 
 def _merge_instance(b) -> int:
+    if b.hint(0) == "broadcast":
+        return _repeats_instance(b)
     if b.hint(0) == "op:split":
         b.hints = []
         x = _split_instance(b)
@@ -305,6 +307,25 @@ def _merge_instance(b) -> int:
         tuple(b.size() for _ in range(rank)), "f32", b.operand_layout(0, rank, b.layout(rank))
     )
     return _merge_of(b, x, int(b.rng.integers(rank - 1)))
+
+
+def _repeats_instance(b) -> int:
+    """A replicated x broadcast along a new dim of size q right after dim p and merged into
+    p: each element of dim p repeated q times (a program repeating KV heads for the q heads
+    that read them); q = 1 repeats nothing. The baseline is x itself, related by a layout."""
+    b.hints = []
+    rank = int(b.rng.integers(1, 3))
+    x = b.input(tuple(b.size() for _ in range(rank)), "f32", ())
+    p, q = int(b.rng.integers(rank)), int(b.rng.integers(1, 4))
+
+    def spread(side):
+        shape = side[x].shape
+        dims = tuple(d if d <= p else d + 1 for d in range(rank))
+        return {"dims": dims}, shape[: p + 1] + (q,) + shape[p + 1 :]
+
+    out = _merge_of(b, b.op("broadcast", (x,), "f32", {}, spread), p)
+    b.base_output = x
+    return out
 
 
 def _merge_of(b, x: int, p: int) -> int:
