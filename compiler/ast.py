@@ -102,6 +102,7 @@ class Rule:
     where: tuple[Clause, ...]
     rewrite: Clause
     span: Span
+    unfuzzed: str = ""  # why random instances cannot make it fire, when they cannot
 
 
 @dataclass(frozen=True)

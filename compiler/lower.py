@@ -41,6 +41,7 @@ class EggRule:
     query: list[str]
     actions: list[str]
     ruleset: str = "layout"
+    unfuzzed: str = ""  # the rule file's reason random instances never make it fire
 
 
 @dataclass
@@ -335,7 +336,8 @@ def _lower_one(info: RuleInfo, ruleset: str, name: str, choices: dict[int, str])
         assert isinstance(rewrite, Equation)
         target = low.build(rewrite.rhs)
     source = f"{rule.span.path}:{rule.span.line}"
-    return EggRule(name, rule.doc, source, low.query, [f"(union ?n0 {target})"], ruleset)
+    actions = [f"(union ?n0 {target})"]
+    return EggRule(name, rule.doc, source, low.query, actions, ruleset, rule.unfuzzed)
 
 
 def rule_name(egg_rule_name: str) -> str:

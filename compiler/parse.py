@@ -94,6 +94,9 @@ class _ToAst(Transformer):
     def rewrite(self, children):
         return ("rewrite", children[0])
 
+    def unfuzzed(self, children):
+        return ("unfuzzed", str(children[0])[1:-1])
+
     @v_args(meta=True)
     def family(self, meta, children) -> ast.Family:
         name, *members = children
@@ -110,6 +113,7 @@ class _ToAst(Transformer):
             where=parts.get("where", ()),
             rewrite=parts["rewrite"],
             span=self._span(meta),
+            unfuzzed=parts.get("unfuzzed", ""),
         )
 
     @v_args(meta=True)

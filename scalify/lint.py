@@ -33,7 +33,7 @@ def _source_rules(egg_rules):
         name = rule_name(rule.name)
         if name not in seen:
             seen[name] = type(rule)(
-                name, rule.doc, rule.source, rule.query, rule.actions, rule.ruleset
+                name, rule.doc, rule.source, rule.query, rule.actions, rule.ruleset, rule.unfuzzed
             )
     return list(seen.values())
 
@@ -68,17 +68,36 @@ def lint_rules(
     return result
 
 
+# From this many instances per rule on (the default, and CI's 60), a rule that never fires
+# fails lint.
+MUST_FIRE_BUDGET = 25
+
+
 def _fuzz(result: LintResult, rules, budget: int, seed: int) -> None:
+    """Every rule must fire on random instances and stay sound there, unless its file says
+    why instances cannot make it fire (`unfuzzed "..."`: its cases are then all there is)."""
+    unfuzzed = {rule_name(r.name): r.unfuzzed for r in rules.rules}
     for report in fuzz_rules(rules, budget, seed):
+        reason = unfuzzed.get(report.name, "")
         if report.unsound:
             result.fail(
                 f"{report.source}: error: rule `{report.name}` is UNSOUND: a relation "
                 f"it proves is false numerically\n  " + "\n  ".join(report.unsound[:1])
             )
-        elif not report.fired:
+        elif not report.fired and not reason:
+            message = (
+                f"fuzzing never made rule `{report.name}` fire ({report.instances} "
+                "instances): teach its op's instance generator the pattern (scalify/ops/), "
+                'or say why it cannot with `unfuzzed "..."`'
+            )
+            if budget >= MUST_FIRE_BUDGET:
+                result.fail(f"{report.source}: error: {message}")
+            else:  # a handful of instances may miss a rule by chance
+                result.messages.append(f"{report.source}: warning: {message}")
+        elif report.fired and reason:
             result.messages.append(
-                f"{report.source}: warning: fuzzing never made rule "
-                f"`{report.name}` fire ({report.instances} instances)"
+                f"{report.source}: warning: rule `{report.name}` fires on random instances: "
+                "its `unfuzzed` reason no longer holds"
             )
         result.fuzzed.append(
             f"{report.name}: {report.instances} instances, fired on {report.fired}"

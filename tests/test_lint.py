@@ -81,6 +81,28 @@ def test_fuzzing_catches_a_planted_unsound_rule(cli, tmp_path):
     assert "seed " in result.out and "instance: mesh" in result.out
 
 
+NEVER_FIRES = """
+# exp(x) * exp(-x) == 1 on a shard: a three-op pattern no random one-op instance makes
+rule product_of_inverse_exps:
+  match   mul(exp(X), exp(neg(X)))
+  where   X ~ x @ shard(d, a)
+  rewrite mul(exp(X), exp(neg(X))) ~ mul(exp(x), exp(neg(x))) @ shard(d, a)
+"""
+
+
+def test_a_rule_fuzzing_never_fires_fails_lint_unless_its_file_says_why(cli, tmp_path):
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    shutil.copy(REPO / "rules" / "core.srl", rules / "core.srl")
+    (rules / "extra.srl").write_text(NEVER_FIRES)
+    result = cli("rules", "lint", "--fuzz", "25", "--bless", str(rules))
+    assert "error: fuzzing never made rule `product_of_inverse_exps` fire" in result.out
+    said = NEVER_FIRES + '  unfuzzed "a three-op pattern; the cases exercise it"\n'
+    (rules / "extra.srl").write_text(said)
+    result = cli("rules", "lint", "--fuzz", "25", "--bless", str(rules))
+    assert "product_of_inverse_exps` fire" not in result.out
+
+
 def test_rules_compile_prints_the_egglog_program(cli):
     result = cli("rules", "compile")
     assert result.code == 0

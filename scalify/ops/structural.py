@@ -444,15 +444,20 @@ def _concatenate_maps(node, shapes, out_rank) -> list[list[int]]:
 
 
 def _concatenate_instance(b) -> int:
+    """Two or three parts (as many as the rule under test has operands), laid out alike
+    most of the time, joined along a dim that, most of the time, no part is split along."""
     rank = int(b.rng.integers(1, 4))
     shape = tuple(b.size() for _ in range(rank))
     layout = b.operand_layout(0, rank, b.layout(rank))
     x = b.input(shape, "f32", layout)
+    count = len(b.hints) if len(b.hints) in (2, 3) else int(b.rng.integers(2, 4))
     parts = [x] + [
-        b.input(shape, "f32", b.operand_layout(i, rank, layout))
-        for i in range(1, int(b.rng.integers(2, 4)))
+        b.input(shape, "f32", b.operand_layout(i, rank, layout)) for i in range(1, count)
     ]
-    return b.op("concatenate", tuple(parts), "f32", {"dim": int(b.rng.integers(rank))})
+    split = {p.dim for p in layout if p.kind == "shard"}
+    whole = [d for d in range(rank) if d not in split]
+    dim = int(b.rng.choice(whole)) if whole and b.rng.random() < 0.8 else int(b.rng.integers(rank))
+    return b.op("concatenate", tuple(parts), "f32", {"dim": dim})
 
 
 def _pad(node, args) -> np.ndarray:
