@@ -133,13 +133,11 @@ def fold_device_scalars(graph: Graph) -> None:
     the block a device takes, whatever the spelling (rules match one form). Only the
     outermost such value is written; evaluated on every device, so only on modules of at
     most MAX_DEVICES devices."""
-    devices = graph.num_partitions or math.prod(graph.mesh_hint.values())
-    if not devices or devices < 2 or devices > MAX_DEVICES:
+    devices = device_count(graph)
+    ids = (_device_id(n, graph.nodes) for n in graph.nodes.values())
+    pid = next((i for i in ids if i is not None), None)
+    if devices < 2 or devices > MAX_DEVICES or pid is None:
         return
-    pid = next((n.id for n in graph.nodes.values() if _device_id(n, graph.nodes) is not None), None)
-    if pid is None:
-        return
-    pid = _device_id(graph.nodes[pid], graph.nodes)
     scalars = DeviceScalars(graph, devices)
     users = graph.users()
     targets = {
@@ -156,7 +154,7 @@ def fold_device_scalars(graph: Graph) -> None:
     def rewrite(node: Node, next_id: int) -> list[Node]:
         if node.id not in targets:
             return []
-        values = [np.asarray(v).reshape(-1)[0] for v in scalars.of(node.id)]
+        values = scalars.of(node.id)
         fit = coordinate_fit(values, devices)
         if fit is None:
             return []
@@ -169,6 +167,12 @@ def fold_device_scalars(graph: Graph) -> None:
 
     if targets:
         replace_nodes(graph, rewrite)
+
+
+def device_count(graph: Graph) -> int:
+    """How many devices run the module: its partition count, else its mesh's size (a
+    shard_map body names its mesh but no partition count); 1 when it says neither."""
+    return graph.num_partitions or math.prod(graph.mesh_hint.values())
 
 
 def _affine_form(node: Node, nodes: dict[int, Node]) -> bool:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import difflib
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .cases import case_files, read_case, run_case
@@ -32,9 +32,7 @@ def _source_rules(egg_rules):
     for rule in egg_rules:
         name = rule_name(rule.name)
         if name not in seen:
-            seen[name] = type(rule)(
-                name, rule.doc, rule.source, rule.query, rule.actions, rule.ruleset, rule.unfuzzed
-            )
+            seen[name] = replace(rule, name=name)
     return list(seen.values())
 
 

@@ -307,11 +307,6 @@ def prove(
     dist = with_window_forms(dist, mesh)  # before the vocabulary: its literals are new
     commands = vocabulary_facts(mesh, [base, dist]) + scaling_facts(mesh, [base, dist])
     base_ids, dist_ids = set(base.nodes), set(dist.nodes)
-    squeezes = {  # an output is judged by its own relation, so none is among them
-        n.id
-        for n in dist.nodes.values()
-        if squeezed_unit(n, dist) is not None and n.id not in dist.outputs
-    }
     parts = local_part_cuts(inputs, mesh)  # inputs related through their parts
     base, dist, inputs = with_part_views(base, dist, inputs, mesh)
     base = with_slice_alternatives(alternative_forms(base), baseline=True)
@@ -344,12 +339,14 @@ def prove(
     # a value the baseline could compute but does not (DistHeld: a device's one q head as
     # [b, s, d], proved on through the dots that keep its unit dim, unit_dots.py) when what
     # it squeezes is related. Other views stay suspects: a reshape on the wrong factor holds
-    # such a block too.
+    # such a block too. An output is judged by its own relation.
     reached = {d for d, rels in relations.items() if d in dist_ids and rels}
     reached |= {
         d
-        for d in held & squeezes
-        if any(b in base_ids for _, b in relations.get(dist.node(d).operands[0], ()))
+        for d in held & dist_ids
+        if d not in dist.outputs
+        and squeezed_unit(dist.node(d), dist) is not None
+        and any(b in base_ids for _, b in relations.get(dist.node(d).operands[0], ()))
     }
     relations = {
         d: {(lay, b) for lay, b in rels if b in base_ids}

@@ -13,41 +13,34 @@ between the weight and the sliced value is run on the positions of that one dim 
 dim kept whole and in order, else nothing is inferred), which gives, for each device, the
 positions of the weight its block holds. Where those are runs at `a_p + r * n_p` on device
 r (the same runs on every device, shifted), the block equals the concatenation of the runs'
-blocks, and that form enters the graph beside the slice. The positions are one dim's, so
-the cost is that dim's size, whatever the rest of the weight. Derived when a graph is
-canonicalised (it is an identity, not an alternative: the block's users read the parts).
+blocks, and that form replaces the slice. The positions are one dim's, so the cost is that
+dim's size, whatever the rest of the weight. Written when a graph is canonicalised (it is
+an identity, not an alternative: the block's users read the parts).
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 
-from .ir import Graph, Node
+from .ir import Graph, NewNodes, Node, replace_nodes
 
 VIEWS = ("merge", "split", "transpose")
 
 
 def write_view_blocks(graph: Graph) -> None:
-    """Write every block of a re-laid-out value in its part form, in place (the
-    concatenation takes the block's id, so its users read it): an identity, made where the
-    graph is canonicalised, so that the per-part layouts found from a graph's own slices and
-    the slice forms of slice_views.py see it as a program that slices each part."""
-    copy = graph
-    nodes: dict[int, Node] = {}
-    next_id = max(copy.nodes, default=-1) + 1
-    for node in copy.nodes.values():
-        found = _runs_of_parts(node, copy) if node.op == "slice_at" else None
+    """Write every block of a re-laid-out value in its part form, in place (its users then
+    read the concatenation): an identity, made where the graph is canonicalised, so that
+    the per-part layouts found from a graph's own slices and the slice forms of
+    slice_views.py see it as a program that slices each part."""
+
+    def rewrite(node: Node, next_id: int) -> list[Node]:
+        found = _runs_of_parts(node, graph) if node.op == "slice_at" else None
         if found is None:
-            nodes[node.id] = node
-            continue
+            return []
         source, runs, coordinate = found
-        made = _parts_form(node, source, runs, copy.node(coordinate), next_id)
-        next_id += len(made)
-        made[-1] = replace(made[-1], id=node.id)
-        nodes.update({new.id: new for new in made})
-    copy.nodes = nodes
+        return _parts_form(NewNodes(node, next_id), source, runs, graph.node(coordinate))
+
+    replace_nodes(graph, rewrite)
 
 
 def _runs_of_parts(node: Node, graph: Graph) -> tuple[Node, list[tuple[int, int]], int] | None:
@@ -122,40 +115,27 @@ def _runs(block: np.ndarray) -> list[tuple[int, int]]:
 
 
 def _parts_form(
-    node: Node, source: Node, runs: list[tuple[int, int]], coordinate: Node, next_id: int
+    new: NewNodes, source: Node, runs: list[tuple[int, int]], coordinate: Node
 ) -> list[Node]:
     """concat(slice_at(w[a_p : a_p + n_p devices], coordinate * n_p), ...) along the dim."""
+    node = new.like
     dim, devices = int(node.attrs["dim"]), int(node.attrs["parts"])
-    made: list[Node] = []
-
-    def add(op: str, operands, shape, dtype: str, attrs: dict) -> int:
-        new = Node(
-            next_id + len(made), op, tuple(operands), tuple(shape), dtype, attrs, node.loc,
-            f"{node.name}.part_{op}", node.framework_op,
-        )  # fmt: skip
-        made.append(new)
-        return new.id
-
     pieces = []
     for start, length in runs:
-        limits = list(source.shape)
-        limits[dim] = start + length * devices
-        starts = [0] * len(limits)
-        starts[dim] = start
-        part_shape = list(source.shape)
-        part_shape[dim] = length * devices
-        part = add(
-            "slice",
-            (source.id,),
-            part_shape,
-            source.dtype,
-            {"starts": tuple(starts), "limits": tuple(limits), "strides": (1,) * len(limits)},
+        starts, limits, part_shape = [0] * len(source.shape), list(source.shape), list(source.shape)
+        starts[dim], limits[dim], part_shape[dim] = (
+            start,
+            start + length * devices,
+            length * devices,
         )
-        step = add("constant", (), (), coordinate.dtype, {"value": str(length)})
-        offset = add("mul", (coordinate.id, step), (), coordinate.dtype, {})
+        strides = (1,) * len(limits)
+        attrs = {"starts": tuple(starts), "limits": tuple(limits), "strides": strides}
+        part = new.add("slice", (source.id,), part_shape, source.dtype, attrs)
+        step = new.add("constant", (), (), coordinate.dtype, {"value": str(length)})
+        offset = new.add("mul", (coordinate.id, step), (), coordinate.dtype, {})
         block_shape = list(source.shape)
         block_shape[dim] = length
         attrs = {"dim": dim, "size": length, "parts": devices}
-        pieces.append(add("slice_at", (part, offset), block_shape, source.dtype, attrs))
-    add("concatenate", pieces, node.shape, node.dtype, {"dim": dim})
-    return made
+        pieces.append(new.add("slice_at", (part, offset), block_shape, source.dtype, attrs))
+    new.add("concatenate", tuple(pieces), node.shape, node.dtype, {"dim": dim})
+    return new.nodes

@@ -135,8 +135,9 @@ def exported_at(example: str, flag: str, degrees=(2, 4), *extra: str):
     return exported
 
 
-def line_of(pattern: str) -> int:
-    for number, line in enumerate((MLP / "model.py").read_text().splitlines(), 1):
+def line_of(pattern: str, model: Path = MLP / "model.py") -> int:
+    """The first line of `model` that contains `pattern`."""
+    for number, line in enumerate(model.read_text().splitlines(), 1):
         if pattern in line:
             return number
     raise AssertionError(pattern)

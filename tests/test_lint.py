@@ -99,8 +99,18 @@ def test_a_rule_fuzzing_never_fires_fails_lint_unless_its_file_says_why(cli, tmp
     assert "error: fuzzing never made rule `product_of_inverse_exps` fire" in result.out
     said = NEVER_FIRES + '  unfuzzed "a three-op pattern; the cases exercise it"\n'
     (rules / "extra.srl").write_text(said)
+    # a rule that does fire, given a reason all the same
+    core = (rules / "core.srl").read_text()
+    unary = core.index("rule elementwise_shard_unary:")
+    end = core.index("\n\n", unary)
+    core = core[:end] + '\n  unfuzzed "no longer true"' + core[end:]
+    (rules / "core.srl").write_text(core)
     result = cli("rules", "lint", "--fuzz", "25", "--bless", str(rules))
     assert "product_of_inverse_exps` fire" not in result.out
+    assert (
+        "warning: rule `elementwise_shard_unary` fires on random instances: its `unfuzzed` "
+        "reason no longer holds" in result.out
+    )
 
 
 def test_rules_compile_prints_the_egglog_program(cli):

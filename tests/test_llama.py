@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import REPO, assert_caught, export_example
+from conftest import REPO, assert_caught, export_example, line_of
 from conftest import bug_line as example_bug_line
 
 pytest.importorskip("jax")
@@ -197,12 +197,8 @@ def test_a_fused_weight_re_laid_out_by_views_verifies(cli, tmp_path, tp):
     code, report = verify(cli, tmp_path, "tp_relaid_wrong_order")
     assert (code, report["verdict"]) == (1, "not_equivalent")
     first = report["suspects"][0]
-    relaid_call = line_of_text(LLAMA / "model.py", "w = one_block(relaid(")
+    relaid_call = line_of("w = one_block(relaid(", LLAMA / "model.py")
     assert (first["op"], first["caller"]) == ("slice_at", ["examples/llama/model.py", relaid_call])
-
-
-def line_of_text(path: Path, text: str) -> int:
-    return next(n for n, line in enumerate(path.read_text().splitlines(), 1) if text in line)
 
 
 def test_interleaved_rope_verifies(cli, tmp_path):
@@ -289,6 +285,9 @@ def test_fewer_kv_heads_than_devices_verify_and_a_wrong_split_is_caught(cli, tmp
     assert (code, report["verdict"]) == (1, "not_equivalent")
     first = report["suspects"][0]
     assert (first["op"], first["function"]) == ("slice_at", "slice_kv_head"), first
+    start = next(o for o in first["operands"] if "computed from the device id" in o)
+    local = heads // tp  # the wrong start, (r * local % 8) * head_dim, on devices 0..5
+    assert ": " + ", ".join(str(r * local % 8 * 8) for r in range(6)) in start, start
     assert report["counterexample"]
 
 

@@ -64,8 +64,10 @@ def skip_reason(bug: str, cfg: LlamaConfig, tp: int, part: str = "full") -> str 
     local_heads = cfg.heads // tp
     if bug in FUSED_BUGS and not cfg.fused:
         return "the fused-weight bugs need --fused"
-    if (bug == "relaid_wrong_order") != (cfg.fused_cut == "relaid") and bug in FUSED_BUGS:
-        return "relaid_wrong_order is the --fused-cut relaid bug (and the others are not)"
+    if bug == "relaid_wrong_order" and cfg.fused_cut != "relaid":
+        return "relaid_wrong_order needs --fused-cut relaid"
+    if bug == "fused_gate_up_one_block" and cfg.fused_cut == "relaid":
+        return "with --fused-cut relaid, [gate|up] is cut by relaid(), not per part"
     if bug == "qk_norm_local_heads" and not cfg.qk_norm:
         return "qk_norm_local_heads needs --qk-norm"
     if (part == "sp_layers") != (bug == "sp_slice_not_scatter") and (

@@ -8,12 +8,11 @@ marked definite, the rest say that a rule may be missing.
 from __future__ import annotations
 
 import linecache
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from scalify.device_tables import DeviceScalars
+from scalify.device_tables import DeviceScalars, device_count
 from scalify.int_ranges import is_int_dtype
 from scalify.ir import Graph, Node, at_line
 from scalify.layout import Layout, canonical, layout_str
@@ -102,7 +101,7 @@ def describe(node_id: int, dist: Graph, base: Graph, proven: Proven) -> str:
 def per_device_values(graph: Graph, node_id: int) -> list | None:
     """An integer scalar's value on each device, when it is computed from the device id and
     literals alone (an offset, a block index), else None."""
-    devices = graph.num_partitions or math.prod(graph.mesh_hint.values())
+    devices = device_count(graph)
     if devices < 2 or not is_int_dtype(graph.node(node_id).dtype):
         return None
     return DeviceScalars(graph, devices).of(node_id)

@@ -24,6 +24,8 @@ CASES = {
     # 4 KV heads: one per device, whose head dim XLA leaves at size 1 (RoPE's cos and sin
     # then meet the keys without the baseline's broadcast across heads)
     "tensor4": ("fsdp=1,tensor=4", []),
+    # 4 heads and 4 KV heads: one q head per device
+    "tensor4_one_head": ("fsdp=1,tensor=4", ["--heads", "4", "--kv-heads", "4"]),
     # 16 heads and 8 KV heads: two of each per device
     "tensor4_h16": ("fsdp=1,tensor=4", ["--heads", "16", "--kv-heads", "8"]),
     # batch over fsdp, heads over tensor: the token ids move from fsdp to tensor devices by
