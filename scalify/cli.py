@@ -161,14 +161,14 @@ def _verify(args: argparse.Namespace) -> int:
 
 def _simulate(args: argparse.Namespace) -> int:
     from .frontends import load_graph
-    from .relations import input_relations, output_relations, read_relations_file
+    from .relations import output_relations, read_relations_file
     from .simulate import NotSimulable, simulate
-    from .verify import choose_mesh
+    from .verify import choose_mesh, inferred_input_relations
 
     base, dist = load_graph(args.baseline), load_graph(args.distributed)
     given = read_relations_file(args.relations) if args.relations else None
     mesh = choose_mesh(args.mesh, dist, given)
-    inputs = input_relations(base, dist, mesh, given)
+    inputs = inferred_input_relations(base, dist, mesh, given)
     outputs = output_relations(base, dist, mesh, given, inputs)
     try:
         mismatch = simulate(base, dist, mesh, inputs, outputs, seed=args.seed)

@@ -237,11 +237,11 @@ def _collective_mutants(graph: Graph, node: Node, mesh: Mesh) -> Iterator[Mutant
 def score(base: Graph, dist: Graph, rules, mesh: Mesh, given=None) -> MutationScore:
     """Verify and simulate every mutant of `dist`."""
     from .layout import layout_str
-    from .relations import RelationsFile, input_relations, output_relations
+    from .relations import RelationsFile, output_relations
     from .simulate import NotSimulable, simulate
-    from .verify import Limits, verify_graphs
+    from .verify import Limits, inferred_input_relations, verify_graphs
 
-    inputs = input_relations(base, dist, mesh, given)
+    inputs = inferred_input_relations(base, dist, mesh, given)
     outputs = output_relations(base, dist, mesh, given, inputs)
     # every mutant is held to the outputs' layouts of the unmutated graph (a mutant of an
     # output node loses the annotation that stated it)

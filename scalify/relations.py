@@ -191,7 +191,12 @@ def _some_axes_of(count: int, mesh: Mesh, used: set[str]) -> bool:
     )
 
 
-def _from_tiles(tiles: TileSharding, mesh: Mesh, where: str) -> Layout:
+def _from_tiles(
+    tiles: TileSharding, mesh: Mesh, where: str, base_shape=None, dist_shape=None
+) -> Layout:
+    """The shards an annotation states, each dim over the axes its devices follow. A dim
+    whose blocks together are larger than the baseline's (a converter's padded heads or
+    widths, given the shapes) is the baseline's padded, or repeated and padded, first."""
     placements = []
     used: set[str] = set()
     for dim, count in enumerate(tiles.tiles):
@@ -213,6 +218,9 @@ def _from_tiles(tiles: TileSharding, mesh: Mesh, where: str) -> Layout:
             )
         if not names:
             names = _axes_for_ratio(count, mesh, used, where, dim)
+        if base_shape is not None and dist_shape[dim] * count != base_shape[dim]:
+            n = math.prod(mesh.axis_size(name) for name in names)
+            placements += _padding(dim, base_shape[dim], dist_shape[dim], n) or ()
         for name in names:
             used.add(name)
             placements.append(Placement("shard", name, dim=dim))
@@ -236,22 +244,29 @@ def _axes_for_ratio(ratio: int, mesh: Mesh, used: set[str], where: str, dim: int
     )
 
 
+def _padding(dim: int, b: int, d: int, n: int) -> Layout | None:
+    """How a dim of size b reaches a block of d > b / n elements on each of n devices: its
+    blocks repeated k = d * n // b times (KV heads repeated for the q heads) and padded at
+    the end to d * n, the padding less than one block (no device holds padding alone), as a
+    checkpoint converter lays out heads or a width that the degree does not divide. None
+    when no such layout fits."""
+    if d * n <= b:
+        return None
+    times, rest = divmod(d * n, b)
+    if rest >= d:
+        return None
+    repeat = (Placement("repeated", "", dim=dim, size=times),) if times > 1 else ()
+    return repeat + ((Placement("padded", "", dim=dim, size=d * n),) if rest else ())
+
+
 def _padded_value(dim: int, b: int, d: int, mesh: Mesh, used: set[str]) -> Layout | None:
-    """A dim of size b whose block on each of n devices has d > b / n elements: the blocks of
-    the dim repeated k = d * n // b times (KV heads repeated for the q heads) and padded at the
-    end to d * n, the padding less than one block (no device holds padding alone), as a
-    checkpoint converter lays out heads or a width that the degree does not divide. Only when
-    one free axis fits; zeros in the padding are then assumed (the report lists it)."""
-    fits = []
-    for axis in mesh.names:
-        n = mesh.axis_size(axis)
-        if axis in used or d * n <= b:
-            continue
-        times, rest = divmod(d * n, b)
-        if rest < d:
-            repeat = (Placement("repeated", "", dim=dim, size=times),) if times > 1 else ()
-            pad = (Placement("padded", "", dim=dim, size=d * n),) if rest else ()
-            fits.append(repeat + pad + (Placement("shard", axis, dim=dim),))
+    """`_padding` over the one free axis that fits (zeros in the padding are then assumed,
+    and the report lists it); None unless exactly one does."""
+    fits = [
+        value + (Placement("shard", axis, dim=dim),)
+        for axis in mesh.names
+        if axis not in used and (value := _padding(dim, b, d, mesh.axis_size(axis))) is not None
+    ]
     return fits[0] if len(fits) == 1 else None
 
 
@@ -396,7 +411,7 @@ def input_relations(
             layout = parse_layout(given_inputs[key], mesh, given.path)
             source = f"relations file, inputs of shape {key}"
         elif dist_id in dist.input_shardings:
-            layout = _from_tiles(dist.input_shardings[dist_id], mesh, where)
+            layout = _from_tiles(dist.input_shardings[dist_id], mesh, where, b_shape, d_shape)
             source = "annotation"
         elif name in dist.input_layouts:
             placed, placed_global = dist.input_layouts[name]
@@ -409,8 +424,10 @@ def input_relations(
         else:
             layout = _from_shapes(b_shape, d_shape, mesh, where)
             source = "inferred from shapes"
-            if any(p.kind == "padded" for p in layout):
-                source += "; its padding assumed to hold zeros"
+        if source in ("annotation", "inferred from shapes") and any(
+            p.kind == "padded" for p in layout
+        ):
+            source += "; its padding assumed to hold zeros"
         check_shape(layout, b_shape, d_shape, mesh, where)
         relations.append(Relation(dist_id, base_id, name, layout, source))
     for key in shape_keys_used:

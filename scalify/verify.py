@@ -65,6 +65,7 @@ from .relations import (
     output_relations,
     read_relations_file,
 )
+from .repeat_units import infer_repeat_units
 from .report.model import (
     EQUIVALENT,
     MADE_AT,
@@ -127,6 +128,15 @@ def choose_mesh(text: str | None, dist: Graph, given: RelationsFile | None) -> M
     )
 
 
+def inferred_input_relations(
+    base: Graph, dist: Graph, mesh: Mesh, given: RelationsFile | None
+) -> list[Relation]:
+    """Each input's layout: stated, annotated or read from shapes, then refined by how both
+    programs use it (the parts of a fused weight, the unit of a repeat)."""
+    inputs = infer_parts(base, dist, input_relations(base, dist, mesh, given), mesh)
+    return infer_repeat_units(base, dist, inputs, mesh)
+
+
 def verify_graphs(
     base: Graph,
     dist: Graph,
@@ -138,7 +148,7 @@ def verify_graphs(
 ) -> Report:
     limits = limits or Limits()
     timings = dict(timings or {})
-    inputs = infer_parts(base, dist, input_relations(base, dist, mesh, given), mesh)
+    inputs = inferred_input_relations(base, dist, mesh, given)
     if inherit_assumed_ranges(base, dist, inputs):
         dist = canonicalize(dist)  # the distributed graph's lookup guards fold now too
     outputs = output_relations(base, dist, mesh, given, inputs)

@@ -4,6 +4,8 @@ the run: the correct version verifies at tp = 2 and 4, and every bug is caught a
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -302,3 +304,91 @@ def test_published_configs_with_fewer_kv_heads_than_devices_verify(cli, tmp_path
     )  # fmt: skip
     code, report = verify(cli, tmp_path, "tp")
     assert (code, report["verdict"]) == (0, "equivalent"), report["suspects"][:1]
+
+
+@pytest.fixture(scope="module")
+def padded(tmp_path_factory):
+    """The tiny config at tp 6, which divides neither its 16 q heads, nor its 8 KV heads,
+    nor its MLP width of 256: the converter (examples/llama/padding.py) pads the q heads to
+    18, repeats each KV head for its 2 q heads and pads to 18, and pads the width to 258."""
+    out = tmp_path_factory.mktemp("llama_tp6")
+    export_tiny(out, 6, "layers")
+    return out
+
+
+def test_padded_heads_and_widths_verify_with_the_repeat_unit_inferred(cli, padded):
+    code, report = verify(cli, padded, "tp")
+    assert (code, report["verdict"]) == (0, "equivalent"), report["suspects"][:1]
+    inputs = "\n".join(report["relations"]["inputs"])
+    padding = "its padding assumed to hold zeros"
+    assert f"wq__: padded(1, 144) shard(1, tp) (annotation; {padding})" in inputs
+    assert f"w_up__: padded(1, 258) shard(1, tp) (annotation; {padding})" in inputs
+    # each KV head of 8 columns repeated, read from how both programs split the projection
+    unit = "each run of 8 repeated: the size both graphs split it by"
+    kv = f"wk__: repeated(1, 2, 8) padded(1, 144) shard(1, tp) (annotation; {padding}; {unit})"
+    assert kv in inputs, inputs
+    assert inputs.count(unit) == 4, inputs  # wk and wv of both layers
+
+
+def test_a_kv_repeat_stated_per_column_is_refuted(cli, padded, tmp_path):
+    """The near-miss of the inferred unit: each column repeated twice (what a converter
+    that forgot the head size would write) is stated in a relations file, which comes
+    before inference, and the program is not equivalent under it."""
+    per_column = "repeated(1, 2) padded(1, 144) shard(1, tp)"
+    names = [f"params__layers___{i}___{w}__" for i in (0, 1) for w in ("wk", "wv")]
+    relations = tmp_path / "relations.json"
+    relations.write_text(json.dumps({"inputs": dict.fromkeys(names, per_column)}))
+    result = cli("verify", str(padded / "baseline.hlo"), str(padded / "tp.hlo"),
+                 "--relations", str(relations), "--format", "json")  # fmt: skip
+    report = json.loads(result.out)
+    assert (result.code, report["verdict"]) == (1, "not_equivalent")
+    assert report["counterexample"]
+
+
+@pytest.mark.parametrize(
+    "bug",
+    ["bias_before_allreduce", "missing_mlp_allreduce", "heads_reshape_wrong_factor",
+     "wrong_transpose"],
+)  # fmt: skip
+def test_padded_layout_bugs_are_caught_at_their_line(padded, bug):
+    assert assert_caught_in(padded, f"tp_{bug}", bug)["counterexample"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("config", ["8b", "70b", "405b"])
+def test_published_configs_padded_at_tp6_verify(cli, tmp_path, config):
+    """Llama-3.1 8B, 70B and 405B at tp 6, two layers at their real shapes: q heads padded
+    to 36, 66 and 132, each of the 8 KV heads repeated for its q heads and padded alike, the
+    MLP width padded to a multiple of 6; one e-graph size for all three. A reshape on the
+    wrong factor is caught at its line."""
+    export_example(
+        LLAMA / "export.py", tmp_path, "--config", config, "--tp", "6", "--layers", "2",
+        "--parts", "layers", "--bugs", "heads_reshape_wrong_factor",
+    )  # fmt: skip
+    code, report = verify(cli, tmp_path, "tp")
+    assert (code, report["verdict"]) == (0, "equivalent"), report["suspects"][:1]
+    assert report["stats"]["egraph_nodes"] < 5_000
+    assert_caught_in(tmp_path, "tp_heads_reshape_wrong_factor", "heads_reshape_wrong_factor")
+
+
+@pytest.mark.slow
+def test_the_whole_8b_model_padded_at_tp6_verifies(cli, tmp_path):
+    """Embedding, two padded layers, LM head and vocab-parallel loss: the vocabulary of
+    128,256 divides by 6, the heads and the MLP width are padded."""
+    export_example(
+        LLAMA / "export.py", tmp_path, "--config", "8b", "--tp", "6", "--layers", "2",
+        "--parts", "full", "--bugs", "none",
+    )  # fmt: skip
+    code, report = verify(cli, tmp_path, "tp")
+    assert (code, report["verdict"]) == (0, "equivalent"), report["suspects"][:1]
+
+
+def test_the_padded_program_computes_the_baseline(tmp_path):
+    """The ground truth under the tp 6 proof: on real arrays, the converter's padded weights
+    through the tensor-parallel body give the baseline's hidden states, and every exported
+    bug changes them (examples/llama/check.py)."""
+    result = subprocess.run(
+        [sys.executable, str(LLAMA / "check.py"), "--tp", "6", "--parts", "full,layers"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0 and "all OK" in result.stdout, result.stdout + result.stderr

@@ -45,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     from export import baseline_function, check_divisible, skip_reason, tp_function
     from jax.sharding import Mesh
     from model import BUGS, PARTS, param_shapes, part_params
+    from padding import pad_params
 
     unknown = set(parts) - set(PARTS)
     if unknown:
@@ -62,18 +63,20 @@ def main(argv: list[str] | None = None) -> int:
     tokens = jnp.asarray(rng.integers(0, cfg.vocab, (a.batch, a.seq)), jnp.int32)
     targets = jnp.asarray(rng.integers(0, cfg.vocab, (a.batch, a.seq)), jnp.int32)
     x = jnp.asarray(rng.standard_normal((a.batch, a.seq, cfg.hidden)), jnp.float32)
-    layer_params = part_params(params, "layers")
 
     # Per part, each output the tp variants are compared on: name -> fn -> array.
-    outputs: dict[str, dict[str, Callable[[Callable[..., Any]], np.ndarray]]] = {
+    # The weights come in as the function takes them (padded for a tp that needs it); padded
+    # logits are compared on the true vocabulary.
+    Run = Callable[[Callable[..., Any], Any], np.ndarray]
+    outputs: dict[str, dict[str, Run]] = {
         "full": {
-            "loss": lambda fn: np.asarray(fn(params, tokens, targets)),
-            "logits": lambda fn: np.asarray(fn(params, tokens)),
+            "loss": lambda fn, p: np.asarray(fn(p, tokens, targets)),
+            "logits": lambda fn, p: np.asarray(fn(p, tokens))[..., : cfg.vocab],
         },
-        "layers": {"hidden": lambda fn: np.asarray(fn(layer_params, x))},
+        "layers": {"hidden": lambda fn, p: np.asarray(fn(part_params(p, "layers"), x))},
     }
     ref = {
-        part: {out: run(baseline_function(cfg, out)) for out, run in outputs[part].items()}
+        part: {out: run(baseline_function(cfg, out), params) for out, run in outputs[part].items()}
         for part in parts
     }
     loss = f", baseline loss {float(ref['full']['loss']):.6f}" if "full" in ref else ""
@@ -81,8 +84,9 @@ def main(argv: list[str] | None = None) -> int:
 
     def diffs(part: str, mesh: Mesh, bug: str | None) -> dict[str, float]:
         d = {}
+        padded = pad_params(params, cfg, mesh.shape["tp"])  # the converter's layout, if any
         for out, run in outputs[part].items():
-            got = run(tp_function(cfg, mesh, bug, output=out))
+            got = run(tp_function(cfg, mesh, bug, output=out), padded)
             d[out] = float(np.max(np.abs(got - ref[part][out])))
         return d
 

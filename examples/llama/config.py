@@ -42,6 +42,9 @@ class LlamaConfig:
     # head_dim) (`--heads-view tp|baseline`, Flax DenseGeneral style) while the other keeps
     # matmul-then-reshape, so the two are written differently.
     heads_view: str = "none"
+    # Set on the padded config of a degree that divides no size (`padding.padded_config`):
+    # the true vocabulary, whose padded logits the vocab-parallel loss keeps out of its sum.
+    vocab_unpadded: int | None = None
 
 
 CONFIGS: dict[str, LlamaConfig] = {

@@ -42,12 +42,16 @@ from hlo_export import set_device_count, write_hlo  # noqa: E402
 
 
 def check_divisible(cfg: LlamaConfig, tp: int) -> None:
-    """The splits tp_llama assumes: heads, ffn and vocab by tp; kv heads by or into tp."""
-    bad = [n for n in ("heads", "ffn", "vocab") if getattr(cfg, n) % tp]
-    if cfg.kv_heads % tp and tp % cfg.kv_heads:
-        bad.append("kv_heads")
+    """The splits tp_llama assumes: heads, ffn and vocab by tp; kv heads by or into tp.
+    Where tp divides none of them the weights are padded (`padding.py`), which the fused
+    weights, the QK-norm and the one-hot lookup do not support."""
+    from padding import needs_padding
+
+    bad = []
     if (cfg.fused or cfg.qk_norm) and cfg.kv_heads < tp:
         bad.append("kv_heads (--fused and --qk-norm need kv_heads >= tp)")
+    if needs_padding(cfg, tp) and (cfg.fused or cfg.qk_norm or cfg.one_hot_lookup):
+        bad.append("heads or widths (--fused, --qk-norm and --lookup one_hot need no padding)")
     if bad:
         raise ValueError(f"tp={tp} does not split {', '.join(bad)} of {cfg}")
 
@@ -60,7 +64,9 @@ def skip_reason(bug: str, cfg: LlamaConfig, tp: int, part: str = "full") -> str 
     Such a variant is not exported: there is nothing for the verifier to find.
     """
     from model import FUSED_BUGS, SP_BUGS, kv_sharded
+    from padding import padded_config
 
+    cfg = padded_config(cfg, tp)  # the shapes the tensor-parallel body runs on
     local_heads = cfg.heads // tp
     if bug in FUSED_BUGS and not cfg.fused:
         return "the fused-weight bugs need --fused"
@@ -76,6 +82,12 @@ def skip_reason(bug: str, cfg: LlamaConfig, tp: int, part: str = "full") -> str 
         return f"{bug}'s line is not on the {part} path"
     if bug == "vocab_ce_on_gathered_logits" and part == "layers":
         return "--parts layers has no embedding, LM head or loss"
+    if bug == "padded_logits_in_softmax" and not cfg.vocab_unpadded:
+        return f"tp={tp} divides the vocabulary: there is no padding to mask"
+    if bug == "padded_logits_in_softmax" and part != "full":
+        return f"{bug}'s line is not on the {part} path"
+    if bug == "vocab_ce_on_gathered_logits" and cfg.vocab_unpadded:
+        return "the padding mask keeps every copy but device 0's out of the gathered loss"
     if tp == 1:
         return "tp=1 has nothing to split"
     if bug == "kv_heads_wrong_split" and kv_sharded(cfg, tp):
@@ -137,7 +149,9 @@ def tp_function(
         tp_param_specs,
         tp_stack_loss,
     )
+    from padding import padded_config
 
+    cfg = padded_config(cfg, mesh.shape["tp"])  # the converter's padded weights, if any
     specs = tp_param_specs(cfg, mesh.shape["tp"])
     # check_vma=False: the buggy bodies break replication that out_specs claims, and JAX
     # would reject them; proving the claim is Scalify's job, not the tracer's. It also
@@ -194,6 +208,7 @@ def export_all(
     import jax.numpy as jnp
     from jax.sharding import NamedSharding
     from model import BUGS, PARTS, param_shapes, part_params, tp_param_specs
+    from padding import padded_config
 
     if jax.device_count() < tp * dp:
         raise RuntimeError(
@@ -217,10 +232,11 @@ def export_all(
     # Abstract args only: lowering never allocates the weights.
     shapes = part_params(param_shapes(cfg), part)
     params = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s, jnp.float32), shapes, is_leaf=is_shape)
+    padded = padded_config(cfg, tp)  # the tensor-parallel body's weights, padded if need be
     sharded_params = jax.tree.map(
         lambda s, spec: jax.ShapeDtypeStruct(s, jnp.float32, sharding=NamedSharding(mesh, spec)),
-        shapes,
-        part_params(tp_param_specs(cfg, tp), part),
+        part_params(param_shapes(padded), part),
+        part_params(tp_param_specs(padded, tp), part),
         is_leaf=is_shape,
     )
     replicated = NamedSharding(mesh, jax.sharding.PartitionSpec())

@@ -36,6 +36,7 @@ Bug = Literal[
     "fused_gate_up_one_block",
     "qk_norm_local_heads",
     "relaid_wrong_order",
+    "padded_logits_in_softmax",
 ]
 BUGS: tuple[Bug, ...] = get_args(Bug)  # the names once: the Literal's, in order
 FUSED_BUGS = frozenset({"fused_qkv_one_block", "fused_gate_up_one_block", "relaid_wrong_order"})
@@ -430,9 +431,19 @@ def tp_mlp(x: Array, layer: Params, cfg: LlamaConfig, bug: Bug | None) -> Array:
     return x + lax.psum(partial_sum, "tp")
 
 
-def tp_cross_entropy(logits: Array, targets: Array, one_hot: bool = False) -> Array:
-    """Vocab-parallel cross-entropy on logits split over "tp" along the vocab."""
+def tp_cross_entropy(
+    logits: Array,
+    targets: Array,
+    one_hot: bool = False,
+    vocab: int | None = None,
+    bug: Bug | None = None,
+) -> Array:
+    """Vocab-parallel cross-entropy on logits split over "tp" along the vocab. `vocab`: the
+    true vocabulary of a padded one, whose padded logits the softmax must not see."""
     cols = logits.shape[-1]
+    if vocab is not None and bug != "padded_logits_in_softmax":  # BUG: padded_logits_in_softmax
+        column = lax.axis_index("tp") * cols + jnp.arange(cols)
+        logits = jnp.where(column < vocab, logits, -jnp.inf)
     m = lax.pmax(jnp.max(logits, axis=-1), "tp")
     lse = m + jnp.log(lax.psum(jnp.sum(jnp.exp(logits - m[..., None]), axis=-1), "tp"))
     local = targets - lax.axis_index("tp") * cols
@@ -585,4 +596,4 @@ def tp_llama(
     out = tp_llama_logits(params, tokens, cfg=cfg, bug=bug)  # (B, S, vocab/tp)
     if bug == "vocab_ce_on_gathered_logits":
         out = lax.all_gather(out, "tp", axis=2, tiled=True)  # BUG: vocab_ce_on_gathered_logits
-    return tp_cross_entropy(out, targets, cfg.one_hot_lookup)
+    return tp_cross_entropy(out, targets, cfg.one_hot_lookup, cfg.vocab_unpadded, bug)
