@@ -74,6 +74,9 @@ class _Builder:
         unit = math.prod(n for _, n in mesh.axes)  # any dim may be split over every axis
         self.unit = unit
         self.hints: list[str | None] = []
+        # the value layouts (padded, repeated) the rule under test asks of any term, for
+        # generators whose pattern nests them below the top op's operands
+        self.values: frozenset[str] = frozenset()
         self.next_id = 0
         self.axis = mesh.names[int(rng.integers(len(mesh.names)))]
         self.shared_dim = int(rng.integers(3))
@@ -254,14 +257,21 @@ class _Builder:
         )
 
 
-def generate(op: str, rng: np.random.Generator, hints: list[str | None] | None = None) -> Instance:
-    """A random instance of `op`; `hints` bias operand layouts toward a rule's pattern."""
+def generate(
+    op: str,
+    rng: np.random.Generator,
+    hints: list[str | None] | None = None,
+    values: frozenset[str] = frozenset(),
+) -> Instance:
+    """A random instance of `op`; `hints` bias operand layouts toward a rule's pattern,
+    `values` (`value_kinds`) the value layouts of terms nested deeper."""
     spec = spec_of(op)
     if spec is None or spec.generate is None:
         raise NotSimulable(f"no instance generator for `{op}`")
     mesh = Mesh(MESHES[int(rng.integers(len(MESHES)))])
     b = _Builder(rng, mesh)
     b.hints = list(hints or [])
+    b.values = values
     out = spec.generate(b)
     base, dist = b.graphs(out)
     return Instance(mesh, base, dist, b.inputs, f"mesh {mesh}: " + "; ".join(b.lines))
@@ -302,6 +312,12 @@ def operand_hints(rule) -> list[str | None]:
                     kind = "op:" + atom.split()[3].strip('"')
         hints.append(kind)
     return hints
+
+
+def value_kinds(rule) -> frozenset[str]:
+    """The value layouts (padded, repeated) the rule's query asks of any term."""
+    kinds = {"padded": "(Padded ", "repeated": "(Repeated "}
+    return frozenset(k for k, term in kinds.items() if any(term in a for a in rule.query))
 
 
 def _ops_of(rule_name: str, rules: CompiledRuleSet) -> list[str]:
@@ -414,9 +430,9 @@ def fuzz_rules(rules: CompiledRuleSet, budget: int, seed: int = 0) -> list[RuleR
                 instance_seed = seed * 1_000_003 + k
                 rng = np.random.default_rng([instance_seed, len(name)])
                 op = ops[int(rng.integers(len(ops)))]
-                hints = operand_hints(group[k % len(group)])
+                rule = group[k % len(group)]
                 try:
-                    instance = generate(op, rng, hints)
+                    instance = generate(op, rng, operand_hints(rule), value_kinds(rule))
                     fired, failures = check_instance(
                         instance, program, [r.name for r in group], instance_seed
                     )

@@ -7,7 +7,7 @@ import numpy as np
 
 from scalify.coordinate_form import device_coordinate
 from scalify.ir import Node
-from scalify.layout import Placement, local_shape
+from scalify.layout import Layout, Placement, local_shape
 from scalify.values import NotSimulable, host
 
 from . import gather_scatter as indexing
@@ -97,14 +97,19 @@ def masked_lookup(b) -> int:
     axis = b.axis
     n = b.mesh.axis_size(axis)
     stride = b.mesh_stride(axis)
-    maybe_wrong = b.maybe_wrong
 
     c = int(b.rng.integers(1, 4))
     d = int(b.rng.integers(2))
     table_shape = [b.size(), b.size()]
     table_shape[d] = n * c
-    right = (Placement("shard", axis, dim=d),)
-    t = b.input(tuple(table_shape), "f32", right if b.rng.random() < 0.75 else b.layout(2))
+    layout: Layout = (Placement("shard", axis, dim=d),)
+    if b.rng.random() >= 0.75:
+        layout = b.layout(2)
+    elif c > 1 and b.rng.random() < (0.9 if "padded" in b.values else 0.2):
+        # a vocabulary padded to a multiple of the axis
+        layout = (Placement("padded", "", dim=d, size=n * c), *layout)
+        table_shape[d] -= int(b.rng.integers(1, c))
+    t = b.input(tuple(table_shape), "f32", layout)
     if along:  # one entry per row: the index has the table's other dim and k entries along d
         index_shape = list(table_shape)
         index_shape[d] = int(b.rng.integers(1, 3))
@@ -115,7 +120,8 @@ def masked_lookup(b) -> int:
     for side in (b.base, b.dist):
         side[i].attrs["assumed_range"] = (0, table_shape[d] - 1)
     coord = _device_coordinate(b, stride, n)
-    block = {"size": maybe_wrong(c)}
+    # the block size the mask uses: wrong often, as it is what the lookup rules check
+    block = {"size": c if b.rng.random() < 0.6 else int(b.rng.integers(1, 2 * c + 2))}
     local_index = b.dist[i].shape
     offset = b.dist_only("block_offset", (i, coord), local_index, "s32", block)
     mine = b.dist_only("in_block", (i, coord), local_index, "pred", block)
