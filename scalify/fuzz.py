@@ -341,6 +341,11 @@ def _scalar_fills(graph: Graph) -> set[int]:
     }
 
 
+# An instance has a few dozen nodes and its proof a few hundred: an e-graph past this size
+# is a rule feeding itself, stopped before it takes the machine's memory.
+FUZZ_NODE_LIMIT = 20_000
+
+
 def check_instance(
     instance: Instance, program: str, rule_names: list[str], seed: int
 ) -> tuple[bool, list[str]]:
@@ -351,16 +356,16 @@ def check_instance(
     """
     from .verify import Limits, prove
 
-    proof = prove(
-        instance.base,
-        instance.dist,
-        program,
-        instance.mesh,
-        instance.inputs,
-        Limits(max_rounds=30, simulate=False),
-    )
+    limits = Limits(max_rounds=30, node_limit=FUZZ_NODE_LIMIT, simulate=False, rounds_per_check=1)
+    proof = prove(instance.base, instance.dist, program, instance.mesh, instance.inputs, limits)
     proven = proof.relations
     fired = any(proof.stats.rule_matches.get(name, 0) for name in rule_names)
+    if fired and proof.stats.limit and "node limit" in proof.stats.limit:
+        size = len(instance.base.nodes) + len(instance.dist.nodes)
+        return fired, [
+            f"the e-graph passed {FUZZ_NODE_LIMIT} nodes on an instance of {size} nodes: a rule "
+            "that grows it without bound (each round rewrites what the last one built)"
+        ]
     unchecked = _scalar_fills(instance.dist)
     unchecked_base = _scalar_fills(instance.base)
     rng = np.random.default_rng(seed)

@@ -16,7 +16,7 @@ from .custom_calls import undeclared_note
 from .device_windows import with_window_forms
 from .early_outputs import early_output, scaled_output
 from .engine.decode import read_proof
-from .engine.egraph import RunStats, rules_session
+from .engine.egraph import ROUNDS_PER_CHECK, RunStats, rules_session
 from .engine.encode import (
     GraphEncoder,
     layout_term,
@@ -107,6 +107,7 @@ class Limits:
     partition: bool = True
     progress: bool = False  # a progress line on stderr (the CLI turns it on for a terminal)
     jobs: int = 1  # processes proving distinct segments at once (see parallel.py)
+    rounds_per_check: int = ROUNDS_PER_CHECK  # rounds between two reads of the e-graph's size
 
 
 def choose_mesh(text: str | None, dist: Graph, given: RelationsFile | None) -> Mesh:
@@ -333,7 +334,7 @@ def prove(
     ]
     with rules_session(scaling_rules(), rules_program) as session:
         session.feed(commands)
-        stats = session.saturate(limits.max_rounds, limits.node_limit)
+        stats = session.saturate(limits.max_rounds, limits.node_limit, limits.rounds_per_check)
         relations, replicated, held = read_proof(session)
         unproved = {
             r.dist_id: layout_term(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 
+import numpy as np
 import pytest
 from conftest import REPO
 
@@ -211,3 +212,19 @@ def test_fuzzing_refutes_a_planted_unsound_lookup_rule(cli, tmp_path, name):
     (rules / "bad.srl").write_text(text)
     result = cli("rules", "lint", "--fuzz", str(fuzz), str(rules))
     assert f"rule `{name}` is UNSOUND" in result.out
+
+
+def test_a_rule_that_grows_the_egraph_without_bound_is_stopped_and_named():
+    """A rule that wraps every op in two others feeds on its own output: on a fuzz instance the
+    e-graph is stopped at its node limit (read every round, not every 20, so it never takes
+    the machine's memory) and the instance is a failure that says why."""
+    from scalify.fuzz import FUZZ_NODE_LIMIT, check_instance, generate
+
+    instance = generate("exp", np.random.default_rng(0))
+    grow = (  # two new ops around each one: twice as many each round
+        '(rule ((= ?n (Op1 ?f ?k ?x))) ((Op1 ?f "a" ?n) (Op1 ?f "b" ?n)) '
+        ':ruleset layout :name "grow")'
+    )
+    fired, failures = check_instance(instance, grow, ["grow"], 0)
+    assert fired and len(failures) == 1
+    assert f"passed {FUZZ_NODE_LIMIT} nodes" in failures[0] and "without bound" in failures[0]

@@ -67,14 +67,19 @@ class EGraphSession:
         (output,) = self.egraph.run_program(*self.egraph.parse_program("(print-size)"))
         return sum(n for _, n in output.sizes)
 
-    def saturate(self, max_rounds: int, node_limit: int) -> RunStats:
+    def saturate(
+        self, max_rounds: int, node_limit: int, rounds_per_check: int = ROUNDS_PER_CHECK
+    ) -> RunStats:
+        """Run the layout rules until nothing changes, `max_rounds` pass or the e-graph
+        passes `node_limit` nodes (read every `rounds_per_check` rounds: fewer on a graph
+        small enough that a rule growing it without bound must be stopped early)."""
         stats = RunStats()
         schedule = self.egraph.parse_program(
-            f"(run-schedule (repeat {ROUNDS_PER_CHECK} (saturate (run analysis)) (run layout)))"
+            f"(run-schedule (repeat {rounds_per_check} (saturate (run analysis)) (run layout)))"
         )
-        for _ in range(0, max_rounds, ROUNDS_PER_CHECK):
+        for _ in range(0, max_rounds, rounds_per_check):
             outputs = self.egraph.run_program(*schedule)
-            stats.rounds += ROUNDS_PER_CHECK
+            stats.rounds += rounds_per_check
             updated = False
             for output in outputs:
                 report = output.report
