@@ -377,3 +377,22 @@ def test_an_as_strided_over_all_of_a_contiguous_tensor_in_order_is_a_reshape():
     for program, reads in ((whole, True), (strided, False)):
         graph = canonicalize(graph_from_fx(trace(program, (torch.randn(4, 6),)), "<memory>"))
         assert bool(ops(graph, "opaque")) != reads, program.__name__
+
+
+class Remainders(nn.Module):
+    def forward(self, x, n):
+        return torch.remainder(x, 3.0), torch.fmod(x, 3.0), n % 5, torch.fmod(n, 5)
+
+
+def test_remainder_takes_the_divisors_sign_and_fmod_the_dividends():
+    """`%` (torch.remainder) is floored, fmod truncated: on negative operands they differ,
+    so they are two ops (one read as the other would prove a wrong program equivalent)."""
+    x, n = torch.tensor([-4.5, -1.0, 2.0, 7.5]), torch.tensor([-7, -1, 3, 12])
+    graph = lower(Remainders(), x, n)
+    floored, truncated = (graph.node(graph.outputs[k]).op for k in (0, 1))
+    assert floored != truncated
+    named = {"x": x.double().numpy(), "n": n.numpy()}
+    values = run_baseline(graph, {i: named[graph.input_name(i)] for i in graph.inputs})
+    expected = Remainders()(x, n)
+    for output, want in zip(graph.outputs, expected, strict=True):
+        np.testing.assert_array_equal(values[output], want.numpy())

@@ -116,8 +116,8 @@ _BINARY = {
     "maximum": "max",
     "minimum": "min",
     "pow": "pow",
-    "remainder": "rem",
-    "fmod": "rem",
+    "remainder": "mod",  # floored (the divisor's sign), as Python's %
+    "fmod": "rem",  # truncated (the dividend's sign)
     "atan2": "atan2",
     "logical_and": "and",
     "logical_or": "or",

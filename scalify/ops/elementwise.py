@@ -285,7 +285,8 @@ OPS = [
     _elementwise("and", 2, lambda a, b: a & b, logical=True),
     _elementwise("or", 2, lambda a, b: a | b, logical=True),
     _elementwise("xor", 2, lambda a, b: a ^ b, logical=True),
-    _elementwise("rem", 2, np.fmod, generate=_rem_instance),
+    _elementwise("rem", 2, np.fmod, generate=_rem_instance),  # truncated: HLO's, C's, fmod
+    _elementwise("mod", 2, np.remainder),  # floored: Python's and torch's `%`
     _elementwise("atan2", 2, np.arctan2),
     _elementwise(
         "select",

@@ -532,29 +532,25 @@ def _batched_indexing(b, scatter: bool) -> int:
     return b.op("scatter", (operand, index, updates), "f32", attrs)
 
 
+def _lookup_spec(name: str, dim_map, kernel, along: bool) -> OpSpec:
+    """A lookup into a table along one dim: rows (`take`) or one entry per row
+    (`take_along`). The table's size along that dim is stated to the engine (`size(T, d)`)."""
+    return OpSpec(
+        name,
+        arity=(2,),
+        attrs={"dim": "I", "index_out": "S"},
+        key=_lookup_key,
+        dim_map=dim_map,
+        kernel=kernel,
+        generate=lambda b: _lookup_instance(b, along=along),
+        sized_operand=True,
+        scaling=Scaling("each", (0,)),
+    )
+
+
 OPS = [
-    OpSpec(
-        "take",
-        arity=(2,),
-        attrs={"dim": "I", "index_out": "S"},
-        key=_lookup_key,
-        dim_map=_take_maps,
-        kernel=_take,
-        generate=lambda b: _lookup_instance(b, along=False),
-        sized_operand=True,
-        scaling=Scaling("each", (0,)),
-    ),
-    OpSpec(
-        "take_along",
-        arity=(2,),
-        attrs={"dim": "I", "index_out": "S"},
-        key=_lookup_key,
-        dim_map=_take_along_maps,
-        kernel=_take_along,
-        generate=lambda b: _lookup_instance(b, along=True),
-        sized_operand=True,
-        scaling=Scaling("each", (0,)),
-    ),
+    _lookup_spec("take", _take_maps, _take, along=False),
+    _lookup_spec("take_along", _take_along_maps, _take_along, along=True),
     _block_spec("in_block", inside=True),
     _block_spec("block_offset", inside=False),
     OpSpec(

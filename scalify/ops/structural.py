@@ -472,6 +472,21 @@ def _pad(node, args) -> np.ndarray:
     return np.pad(x[crop], grow, constant_values=np.asarray(value).reshape(()).item())
 
 
+def _view_step(name: str, dim_map, generate) -> OpSpec:
+    """A primitive reshape step (`merge` of dims p and p+1, `split` of dim p): keyed by the
+    inner size alone, which a shard on the outer factor leaves unchanged."""
+    return OpSpec(
+        name,
+        arity=(1,),
+        attrs={"dim": "I", "inner": "I"},
+        key=int_attrs_key("dim", "inner"),
+        dim_map=dim_map,
+        kernel=_reshape,
+        generate=generate,
+        scaling=TOGETHER,
+    )
+
+
 OPS = [
     OpSpec("parameter"),
     OpSpec("constant", kernel=_constant),
@@ -509,26 +524,8 @@ OPS = [
         scaling=TOGETHER,
     ),
     OpSpec("reshape", arity=(1,), key=_reshape_key, kernel=_reshape),
-    OpSpec(
-        "merge",
-        arity=(1,),
-        attrs={"dim": "I", "inner": "I"},
-        key=int_attrs_key("dim", "inner"),
-        dim_map=_merge_maps,
-        kernel=_reshape,
-        generate=_merge_instance,
-        scaling=TOGETHER,
-    ),
-    OpSpec(
-        "split",
-        arity=(1,),
-        attrs={"dim": "I", "inner": "I"},
-        key=int_attrs_key("dim", "inner"),
-        dim_map=_split_maps,
-        kernel=_reshape,
-        generate=_split_instance,
-        scaling=TOGETHER,
-    ),
+    _view_step("merge", _merge_maps, _merge_instance),
+    _view_step("split", _split_maps, _split_instance),
     OpSpec(
         "transpose",
         arity=(1,),
