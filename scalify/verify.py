@@ -82,6 +82,7 @@ from .unit_broadcasts import with_paired_broadcast_forms, with_unit_broadcast_fo
 from .unit_dims import with_unit_alternatives
 from .unit_dots import squeezed_unit, with_unit_dot_forms
 from .unit_round_trips import with_round_trip_forms
+from .view_chains import with_view_chain_forms
 
 # Graphs below this size are proved whole; partitioning pays off on deep stacks.
 PARTITION_MIN_NODES = 400
@@ -295,9 +296,11 @@ def _refine(base, dist, mesh, inputs, outputs, definite: bool, limits: Limits):
 
 def alternative_forms(graph: Graph) -> Graph:
     """Reshape round trips folded, unit-dim reshapes moved through elementwise ops, squeezed
-    unit dims kept in dots: equal forms of the graph as it stands, for the e-graph to union
-    with the originals."""
-    return with_unit_dot_forms(with_unit_alternatives(with_round_trip_forms(graph)))
+    unit dims kept in dots, view chains in their normal form: equal forms of the graph as it
+    stands, for the e-graph to union with the originals."""
+    return with_view_chain_forms(
+        with_unit_dot_forms(with_unit_alternatives(with_round_trip_forms(graph)))
+    )
 
 
 def prove(
