@@ -31,6 +31,7 @@ from .engine.frontier import (
     with_off_axis_collectives,
 )
 from .engine.scaling import scaled_outputs, scaling_facts, scaling_rules
+from .engine.view_parting import with_view_partings
 from .errors import ScalifyError
 from .fill_outputs import fill_fits
 from .frontends import load_graph
@@ -164,7 +165,7 @@ def verify_graphs(
     if not all(r.ok for r in results) and (lifted := lift_chunk_axis(dist, mesh)):
         # A dim of independent chunks reduced across: prove it as a mesh axis (chunk_axes.py).
         tried = _prove_and_decide(base, lifted.graph, rules, lifted.mesh, inputs, outputs, limits)
-        if _explains_more(tried, (proof, results)):
+        if _explains_more(tried, (proof, results, definite)):
             proof, results, suspects, definite = tried
             notes.append(
                 f"a dim of {lifted.chunks} independent chunks, reduced across, is read as "
@@ -259,11 +260,17 @@ def _explains_more(lifted, plain) -> bool:
     chunks is a guess about the program: it must prove at least as many outputs, and, as
     many, relate at least as many distributed nodes to baseline ones (a permuted dim that
     only looks like chunks loses the relations the plain proof had, and its frontier then
-    points away from the bug)."""
-    (lifted_proof, lifted_results, *_), (plain_proof, plain_results) = lifted, plain
+    points away from the bug); and not at all when the plain proof's frontier is a known
+    bug pattern, which the guess could only move away from."""
+    (lifted_proof, lifted_results, *_), (plain_proof, plain_results, plain_definite) = (
+        lifted,
+        plain,
+    )
     proved = sum(r.ok for r in lifted_results) - sum(r.ok for r in plain_results)
     if proved:
         return proved > 0
+    if plain_definite:
+        return False  # the plain proof already names a known bug: no guess needed
     return len(lifted_proof.relations) >= len(plain_proof.relations)
 
 
@@ -624,6 +631,7 @@ def _decide(base: Graph, dist: Graph, mesh: Mesh, outputs: list[Relation], proof
         where_dist, where_base, where.relations, mesh, where.replicated | where.reached
     ) or frontier(where_dist, where_base, where.relations, mesh, where.reached)
     findings = with_off_axis_collectives(where_dist, where_base, where.relations, mesh, findings)
+    findings = with_view_partings(where_dist, where_base, where.relations, mesh, findings)
     suspects = [_suspect(f.node, f.reason, f.operands, f.second) for f in findings]
     for suspect, f in zip(suspects[:PICTURED_SUSPECTS], findings, strict=False):
         suspect.neighbourhood = neighbourhood(

@@ -46,7 +46,7 @@ def with_view_chain_forms(graph: Graph) -> Graph:
 
 
 @dataclass
-class _Atoms:
+class ViewAtoms:
     """The atoms of a chain: each source dim's factors (major first), and each dim of the
     current value as a run of atoms."""
 
@@ -59,7 +59,7 @@ class _Atoms:
     front_units: list[int] = field(default_factory=list)
 
     @classmethod
-    def of(cls, shape: tuple[int, ...]) -> _Atoms:
+    def of(cls, shape: tuple[int, ...]) -> ViewAtoms:
         return cls(list(shape), [[d] for d in range(len(shape))], [[d] for d in range(len(shape))])
 
     def step(self, node: Node) -> bool:
@@ -292,7 +292,7 @@ class _Forms:
     def _chain_form(self, end: Node, source: Node, steps: list[Node], seen: set) -> None:
         """The chain's normal forms, each an equal form of its end (none where the chain
         is one already, or is a lone merge or split: the shard rules read those)."""
-        atoms = _Atoms.of(source.shape)
+        atoms = ViewAtoms.of(source.shape)
         if not all(atoms.step(s) for s in steps):
             return
         permutes = any(s.op == "transpose" for s in steps)

@@ -10,7 +10,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import REPO, bug_line, exported_at
+from conftest import REPO, bug_line, export_example, exported_at
 
 from scalify.canonicalize import canonicalize
 from scalify.frontends import parse_graph_text
@@ -86,4 +86,17 @@ def test_a_wrong_view_is_not_proved(cli, exported, bug):
     code, report = verify(cli, exported, f"tp_{bug}")
     assert (code, report["verdict"]) == (1, "not_equivalent")
     assert report["counterexample"]
-    assert bug_line(bug, MODEL) > 0
+    first = report["suspects"][0]
+    assert (first["file"], first["line"]) == (str(MODEL.relative_to(REPO)), bug_line(bug, MODEL))
+
+
+def test_the_report_prints_both_chains_where_they_part(cli, tmp_path):
+    """A split on the wrong factor: the step that cuts the columns into (d, h) instead of
+    (h, d) is named, with what both chains give as expressions of the product's indices."""
+    out = export_example(REPO / "examples" / "attention_views" / "export.py", tmp_path,
+                         "--tp", "4")  # fmt: skip
+    _, report = verify(cli, out, "tp_split_wrong_factor")
+    reason = report["suspects"][0]["reason"]
+    assert "they give [i, k%2, j, k/2]" in reason, reason
+    assert "the baseline's views of `dot_general.6` give [i, k/8, j, k%8]" in reason, reason
+    assert "i, j, k indexing its dims [2, 8, 64]" in reason, reason
