@@ -396,3 +396,21 @@ def test_remainder_takes_the_divisors_sign_and_fmod_the_dividends():
     expected = Remainders()(x, n)
     for output, want in zip(graph.outputs, expected, strict=True):
         np.testing.assert_array_equal(values[output], want.numpy())
+
+
+class Polar(nn.Module):
+    """RoPE's frequencies as DeepSeek-V2 and Llama 4 make them: `torch.polar`, which the
+    tracer writes as an empty complex tensor filled through `view_as_real(...).select(...)`."""
+
+    def forward(self, x):
+        freqs = x[..., None] * torch.arange(1.0, 5.0)
+        return torch.view_as_real(torch.polar(torch.ones_like(freqs) * 2, freqs))
+
+
+def test_a_complex_tensor_filled_through_its_real_view_is_read():
+    from scalify.capture.fx_trace import trace
+
+    x = torch.arange(6.0)
+    graph = canonicalize(graph_from_fx(trace(Polar(), (x,)), "<memory>"))
+    values = run_baseline(graph, {graph.inputs[0]: x.double().numpy()})
+    np.testing.assert_allclose(values[graph.outputs[0]], Polar()(x).numpy(), rtol=1e-5, atol=1e-5)

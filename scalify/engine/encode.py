@@ -117,11 +117,19 @@ def _sized_by_user(user: Node, operand: Node) -> bool:
     elementwise op, a scatter into it (whose key holds the sizes of the dims that are not
     batching dims, and whose indices and updates hold the batch sizes), or a concatenate
     along a dim the broadcast keeps (the other operands fix every other dim; the kept dim's
-    size is its operand's)."""
+    size is its operand's), or a dot pairing each dim the broadcast adds with one of the
+    other operand's."""
     if user.op == "scatter":
         return user.operands[0] == operand.id and operand.id not in user.operands[1:]
     if user.op == "concatenate":
         return user.attrs["dim"] in operand.attrs.get("dims", ())
+    if user.op == "dot" and list(user.operands).count(operand.id) == 1:
+        # the other operand holds the sizes of the batch and contracted dims: a broadcast
+        # whose new dims are all such (a rope key expanded to the heads of q) is pinned
+        side = "lhs" if user.operands[0] == operand.id else "rhs"
+        paired = {*user.attrs[f"{side}_batch"], *user.attrs[f"{side}_contracting"]}
+        kept = set(operand.attrs.get("dims", ()))
+        return all(d in paired for d in range(len(operand.shape)) if d not in kept)
     return user.op in ELEMENTWISE
 
 
@@ -141,7 +149,7 @@ def _anchored(graph: Graph, free: set[int]) -> set[int]:
             ok = any(o in anchored for o in node.operands)
         elif node.op == "scatter":
             ok = all(o in anchored for o in node.operands[1:])
-        elif node.op == "concatenate":  # a free operand is sized by the anchored ones
+        elif node.op in ("concatenate", "dot"):  # a free operand sized by the anchored
             ok = any(o in anchored for o in node.operands) and all(
                 o in anchored or o in free for o in node.operands
             )

@@ -1081,6 +1081,17 @@ class _Lowering:
     op_zeros_like = op_new_zeros = op_zeros
     op_ones_like = op_new_ones = op_ones
 
+    def op_empty(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
+        """An uninitialised complex tensor (`torch.polar` makes one and fills it through
+        its real view): its parts along a last dim of 2, values nothing relates, so a part
+        left unwritten and read stays unproved. Real ones stay opaque, as before."""
+        part = _COMPLEX_PARTS.get(dtype)
+        if part is None:
+            raise _Unsupported("empty")
+        out = self.new("opaque", (), (*shape, 2), part, {"hlo_op": "aten.empty"}, final=True)
+        self.complex.add(out)
+        return out
+
     def op_scalar_tensor(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
         return self.named_fill(fx_node, fx_node.args[0], shape, dtype)
 
@@ -1961,13 +1972,17 @@ class _Lowering:
         new = self.functional_value(fx_node, namespace, name, overload)
         self.env[fx_node] = new
         if new is None or not all(
-            _plain_slice(v) or _select(v) or _in_place(v) or _whole_reshape(v) for v in chain
+            _plain_slice(v) or _select(v) or _in_place(v) or _whole_reshape(v) or _parts_view(v)
+            for v in chain
         ):
             stale.append(root)  # a write Scalify cannot put back: no later read of it
         elif not chain:
             self.env[root] = new
         else:
+            was_complex = self.is_complex(root)
             self.env[root] = self.write_back(root, chain, new)
+            if was_complex:  # its parts written through its real view: still complex
+                self.complex.add(self.env[root])
         if root not in stale and self.env.get(root) is not None:
             whole = [
                 v
@@ -1997,8 +2012,8 @@ class _Lowering:
         earlier in-place ops, which are their targets) views replaced."""
         current = {root: self.env[root]}
         for view in reversed(chain):
-            if _in_place(view):  # an earlier in-place op's result is its target itself
-                current[view] = current[view.args[0]]
+            if _in_place(view) or _parts_view(view):  # its target itself (a complex value is
+                current[view] = current[view.args[0]]  # held as its parts already)
                 continue
             if _whole_reshape(view):  # the same elements in row-major order, reshaped
                 parent = current[view.args[0]]
@@ -2015,7 +2030,7 @@ class _Lowering:
             dim, begin, end = self.slice_bounds(view, current[view.args[0]])
             current[view] = self.piece(current[view.args[0]], dim, begin, end)
         for view in chain:
-            if _in_place(view):
+            if _in_place(view) or _parts_view(view):
                 continue
             parent = current[view.args[0]]
             if _whole_reshape(view):  # written through a reshape: the parent reshaped back
@@ -2375,6 +2390,13 @@ def _select(node: Any) -> bool:
         and len(node.args) == 3
         and isinstance(node.args[2], int)
     )
+
+
+def _parts_view(node: Any) -> bool:
+    """`view_as_real` / `view_as_complex`: the same memory read as a complex value or as
+    its parts along a last dim of 2, which is how the IR holds a complex value anyway (a
+    write through it writes the parts: `torch.polar` fills an empty complex tensor so)."""
+    return _op_name(node.target)[1] in ("view_as_real", "view_as_complex")
 
 
 def _whole_reshape(node: Any) -> bool:

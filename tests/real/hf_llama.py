@@ -72,6 +72,50 @@ ARCHITECTURES: dict[str, dict[str, Any]] = {
     },
 }
 
+# Latent attention (MLA) with the heads split by each family's own plan: the rope key, one
+# per token, expanded to each device's heads; RoPE by `torch.polar` (an empty complex tensor
+# filled through its real view) in DeepSeek-V2 and Llama 4
+MLA = {"kv_lora_rank": 16, "qk_rope_head_dim": 8, "qk_nope_head_dim": 8, "v_head_dim": 16}
+SPLIT_HEAD_ARCHITECTURES: dict[str, dict[str, Any]] = {
+    "MiniCPM3": {**MLA, "q_lora_rank": 32, "head_dim": 16},
+    "DeepseekV2": {  # latent attention and experts, with a shared one
+        **MLA,
+        "q_lora_rank": None,
+        "n_routed_experts": 4,
+        "n_shared_experts": 1,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 32,
+        "first_k_dense_replace": 1,
+        "n_group": 1,
+        "topk_group": 1,
+        "head_dim": 16,
+    },
+    "Llama4Text": {  # chunked attention, no-rope layers, experts
+        "head_dim": 16,
+        "intermediate_size_mlp": 128,
+        "num_local_experts": 4,
+        "num_experts_per_tok": 1,
+        "moe_layers": [1],
+        "no_rope_layers": [1, 0],
+        "layer_types": ["chunked_attention", "full_attention"],
+        "attention_chunk_size": 4,
+    },
+    # linear attention (gated delta rule) beside softmax attention, experts with a shared one
+    "Qwen3Next": {
+        "head_dim": 16,
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 32,
+        "shared_expert_intermediate_size": 64,
+        "linear_key_head_dim": 16,
+        "linear_value_head_dim": 16,
+        "linear_num_key_heads": 2,
+        "linear_num_value_heads": 4,
+        "layer_types": ["linear_attention", "full_attention"],
+    },
+}
+MODEL_CLASSES = {"Llama4Text": "Llama4ForCausalLM"}
+
 # Mixture-of-experts families, run with their default experts (`grouped_mm`: tokens sorted by
 # expert, one grouped matmul per projection, the sort inverted by a scatter)
 MOE_ARCHITECTURES: dict[str, dict[str, Any]] = {
@@ -117,11 +161,16 @@ def save_tiny(folder: Path, architecture: str) -> Path:
         vocab_size=VOCAB,
         max_position_embeddings=64,
         tie_word_embeddings=False,
-        **{**ARCHITECTURES, **MOE_ARCHITECTURES}.get(architecture, {}),
+        **{**ARCHITECTURES, **MOE_ARCHITECTURES, **SPLIT_HEAD_ARCHITECTURES}.get(architecture, {}),
     )
     torch.manual_seed(0)
-    getattr(transformers, f"{architecture}ForCausalLM")(config).save_pretrained(folder)
+    getattr(transformers, model_class(architecture))(config).save_pretrained(folder)
     return folder
+
+
+def model_class(architecture: str) -> str:
+    """The causal-LM class of a family (Llama 4's text model is `Llama4ForCausalLM`)."""
+    return MODEL_CLASSES.get(architecture, f"{architecture}ForCausalLM")
 
 
 def load(

@@ -14,10 +14,12 @@ require("transformers", "accelerate")
 
 from hf_llama import (  # noqa: E402
     ARCHITECTURES,
+    SPLIT_HEAD_ARCHITECTURES,
     VOCAB,
     causal_lm_loss,
     check_training_step,
     load,
+    model_class,
     optimizer_step,
     save_tiny,
     token_ids,
@@ -33,6 +35,44 @@ def test_each_family_with_its_own_plan_is_proved(tmp_path, architecture):
     with torch.no_grad():
         report = check_equivalent(baseline, model, mesh=mesh, example_inputs=(token_ids(),))
     assert report.verdict == "equivalent", [s.reason for s in report.suspects[:2]]
+
+
+@pytest.mark.parametrize("architecture", list(SPLIT_HEAD_ARCHITECTURES))
+def test_latent_attention_and_newer_families_with_their_own_plans_are_proved(
+    tmp_path, architecture
+):
+    """MLA split over heads by the plan (MiniCPM3, DeepSeek-V2: the rope key expanded to each
+    device's heads and batched with its q), RoPE through `torch.polar` (DeepSeek-V2, Llama
+    4), chunked attention and experts (Llama 4), a gated delta rule beside attention
+    (Qwen3-Next)."""
+    checkpoint = save_tiny(tmp_path / architecture, architecture)
+    baseline, model, mesh = load(checkpoint, 2, model_class(architecture))
+    with torch.no_grad():
+        report = check_equivalent(baseline, model, mesh=mesh, example_inputs=(token_ids(),))
+    assert report.verdict == "equivalent", [s.reason for s in report.suspects[:2]]
+
+
+def test_latent_attention_split_as_packed_parts_is_caught(tmp_path):
+    """One plan entry changed: MiniCPM3's `kv_b_proj` (heads of [k_nope|v] each) split as if
+    it were two packed parts, so each device's columns are pieces of every head. Caught
+    where the projection is applied (`expand_kv`)."""
+    import importlib
+
+    import transformers
+
+    checkpoint = save_tiny(tmp_path / "MiniCPM3", "MiniCPM3")
+    plan = {f"model.{k}": v for k, v in transformers.MiniCPM3Config().base_model_tp_plan.items()}
+    plan |= {"lm_head": "colwise_gather_output"}
+    plan["model.layers.*.self_attn.kv_b_proj"] = "packed_colwise"
+    baseline, model, mesh = load(checkpoint, 2, "MiniCPM3ForCausalLM", tp_plan=plan)
+    with torch.no_grad():
+        report = check_equivalent(baseline, model, mesh=mesh, example_inputs=(token_ids(),))
+    assert report.verdict == "not_equivalent"
+    module = importlib.import_module("transformers.models.minicpm3.modeling_minicpm3")
+    lines = open(module.__file__).read().splitlines()
+    at = next(i for i, t in enumerate(lines, 1) if "= self.expand_kv(k_pass, k_rot)" in t)
+    first = report.suspects[0]
+    assert (first.file, first.line) == ("transformers/models/minicpm3/modeling_minicpm3.py", at)
 
 
 @pytest.mark.parametrize("architecture", ["Qwen3", "Olmo2", "Starcoder2", "Phi3"])
