@@ -25,21 +25,25 @@ B, S, M, H, D = 2, 3, 6, 4, 5
 
 
 def routes(x, w):
-    """The heads of x @ w by three routes, and a merge back from a sequence-first layout."""
-    t = (x @ w).transpose(0, 2, 1).reshape(B, H, D, S).transpose(0, 1, 3, 2)
-    k = jnp.einsum("bsm,mhd->bhsd", x, w.reshape(M, H, D))
-    merged = t.transpose(2, 0, 1, 3).reshape(S, B, H * D).transpose(1, 0, 2)
-    return t, k, merged
+    """The heads of x @ w by three routes, and a merge back from a sequence-first layout
+    (with one head, JAX folds a reshape and a swap into one reshape that adds a unit dim)."""
+    h = w.shape[1] // D
+    t = (x @ w).transpose(0, 2, 1).reshape(B, h, D, S).transpose(0, 1, 3, 2)
+    k = jnp.einsum("bsm,mhd->bhsd", x, w.reshape(M, h, D))
+    v = (x @ w).reshape(B, S, h, D).transpose(0, 2, 1, 3)
+    merged = t.transpose(2, 0, 1, 3).reshape(S, B, h * D).transpose(1, 0, 2)
+    return t, k, v, merged
 
 
-def graph_of(fn):
-    args = (jnp.zeros((B, S, M), jnp.float32), jnp.zeros((M, H * D), jnp.float32))
+def graph_of(fn, heads: int = H):
+    args = (jnp.zeros((B, S, M), jnp.float32), jnp.zeros((M, heads * D), jnp.float32))
     text = jax.jit(fn).lower(*args).as_text(dialect="hlo")
     return canonicalize(parse_graph_text(text, "routes.hlo"))
 
 
-def test_every_added_form_equals_its_node():
-    graph = graph_of(routes)
+@pytest.mark.parametrize("heads", [H, 1])
+def test_every_added_form_equals_its_node(heads):
+    graph = graph_of(routes, heads)
     forms = with_view_chain_forms(graph)
     added = [pair for pair in forms.equalities if pair not in graph.equalities]
     rng = np.random.default_rng(0)
