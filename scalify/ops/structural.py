@@ -403,7 +403,13 @@ def _slices(node, shape: tuple[int, ...]) -> list[tuple[int, int, int, int]]:
 
 
 def _slice_key(k: KeyInput, sig) -> list[str]:
-    return [f"{d}:{s}:{e}:{st}" for d, s, e, st in _slices(k.node, k.operands[0].shape)]
+    """The cut of every dim sliced; a slice of one dim also states it to rules (`cut`,
+    `start`, `limit`, `stride`: a padding sliced off, rules/padding.srl)."""
+    cuts = _slices(k.node, k.operands[0].shape)
+    if len(cuts) == 1:
+        for name, value in zip(("cut", "start", "limit", "stride"), cuts[0], strict=True):
+            sig.attrs_i[name] = int(value)
+    return [f"{d}:{s}:{e}:{st}" for d, s, e, st in cuts]
 
 
 def _slice_maps(node, shapes, out_rank) -> list[list[int]]:
@@ -420,6 +426,8 @@ def _slice(node, args) -> np.ndarray:
 
 
 def _slice_instance(b) -> int:
+    if "padded" in b.values and b.rng.random() < 0.8:
+        return _padding_sliced_off(b)
     rank = int(b.rng.integers(1, 4))
     x = b.input(
         tuple(b.size() for _ in range(rank)), "f32", b.operand_layout(0, rank, b.layout(rank))
@@ -432,6 +440,23 @@ def _slice_instance(b) -> int:
         starts = [0] * rank
         starts[d] = min(start, shape[d] - 1)
         return {"starts": tuple(starts), "limits": tuple(shape), "strides": (1,) * rank}, None
+
+    return b.op("slice", (x,), "f32", {}, per_side)
+
+
+def _padding_sliced_off(b) -> int:
+    """A padded value cut back to its first m entries along the padded dim: m its unpadded
+    size most of the time, another size otherwise."""
+    rank = int(b.rng.integers(1, 4))
+    d = int(b.rng.integers(rank))
+    shape = tuple(b.size() for _ in range(rank))
+    x = b.input(shape, "f32", b.value_placements("padded", d))
+    m = shape[d] if b.rng.random() < 0.7 else int(b.rng.integers(1, 3 * b.unit + 1))
+
+    def per_side(side):
+        limits = list(side[x].shape)
+        limits[d] = min(m, limits[d])
+        return {"starts": (0,) * rank, "limits": tuple(limits), "strides": (1,) * rank}, None
 
     return b.op("slice", (x,), "f32", {}, per_side)
 
@@ -538,6 +563,7 @@ OPS = [
     OpSpec(
         "slice",
         arity=(1,),
+        attrs={"cut": "I", "start": "I", "limit": "I", "stride": "I"},
         key=_slice_key,
         dim_map=_slice_maps,
         kernel=_slice,
