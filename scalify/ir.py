@@ -194,6 +194,39 @@ def replace_nodes(graph: Graph, rewrite: Callable[[Node, int], list[Node]]) -> N
     graph.output_shardings = {alias.get(k, k): v for k, v in graph.output_shardings.items()}
 
 
+class PlacedForms:
+    """Equal forms made beside the nodes they equal: each new node takes the location,
+    dtype and framework op of the node it is made like, a name derived from it, and its
+    place right after the current `anchor` (`place_after`, once all are made)."""
+
+    def __init__(self, graph: Graph, tag: str) -> None:
+        self.graph = graph
+        self.tag = tag
+        self.next_id = max(graph.nodes, default=-1) + 1
+        self.placed: dict[int, list[int]] = {}
+        self.anchor = -1
+
+    def emit(self, like: Node, op: str, operands, shape, attrs: dict) -> int:
+        node = Node(
+            self.next_id,
+            op,
+            tuple(operands),
+            tuple(shape),
+            like.dtype,
+            dict(attrs),
+            like.loc,
+            f"{like.name}.{self.tag}_{op}",
+            like.framework_op,
+        )
+        self.graph.nodes[node.id] = node
+        self.placed.setdefault(self.anchor, []).append(node.id)
+        self.next_id += 1
+        return node.id
+
+    def place(self) -> None:
+        place_after(self.graph, self.placed)
+
+
 class NewNodes:
     """Nodes made to stand where `like` stands: its source location, names derived from its
     name, ids counted up from `next_id` (the caller puts them into the graph, in order)."""

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .ir import Graph, Node, place_after
+from .ir import Graph, Node, PlacedForms
 
 
 def with_unit_dot_forms(graph: Graph) -> Graph:
@@ -41,9 +41,7 @@ def with_unit_dot_forms(graph: Graph) -> Graph:
 class _Forms:
     def __init__(self, graph: Graph) -> None:
         self.graph = graph
-        self.next_id = max(graph.nodes, default=-1) + 1
-        self.placed: dict[int, list[int]] = {}
-        self.anchor = -1  # the node the forms being made are placed after
+        self.forms = PlacedForms(graph, "unit")
         self.lifted: list[tuple[int, int]] = []  # (dot, the squeeze of a lifted form of it)
         self.equal: dict[int, list[int]] = {}  # node -> the forms it equals
         for a, b in graph.equalities:
@@ -60,12 +58,12 @@ class _Forms:
         nodes = list(self.graph.nodes.values())
         for node in nodes:  # in order: a dot's squeezed forms serve the dots after it
             if node.op == "dot" and any(self._squeezed(o) for o in node.operands):
-                self.anchor = node.id
+                self.forms.anchor = node.id
                 self._lift_dot(node)
         for dot, squeeze in self.lifted:  # placed after the dot, like the squeeze itself
-            self.anchor = dot
+            self.forms.anchor = dot
             self._moved_squeezes(self.node(squeeze))
-        place_after(self.graph, self.placed)
+        self.forms.place()
 
     def node(self, node_id: int) -> Node:
         return self.graph.nodes[node_id]
@@ -81,7 +79,7 @@ class _Forms:
         lhs, rhs = sides
         for left in lhs[2]:
             for right in rhs[2]:
-                lifted = self._emit(
+                lifted = self.forms.emit(
                     dot,
                     "dot",
                     (left, right),
@@ -112,7 +110,7 @@ class _Forms:
             else:
                 attrs = {"dim": rank - 1, "inner": 1}
             shape = _with_dim(operand.shape, before, 1)
-            split = self._emit(operand, "split", (operand.id,), shape, attrs)
+            split = self.forms.emit(operand, "split", (operand.id,), shape, attrs)
             forms.append(self._move_unit(operand, split, before, at))
         return forms
 
@@ -124,7 +122,7 @@ class _Forms:
         perm = [d for d in range(rank) if d != unit]
         perm.insert(to, unit)
         shape = tuple(self.node(value).shape[d] for d in perm)
-        return self._emit(like, "transpose", (value,), shape, {"perm": tuple(perm)})
+        return self.forms.emit(like, "transpose", (value,), shape, {"perm": tuple(perm)})
 
     def _squeeze(self, like: Node, value: int, unit: int) -> int:
         """`value` with its unit dim `unit` merged away (into the next dim, or the last
@@ -135,7 +133,7 @@ class _Forms:
         else:
             attrs = {"dim": unit - 1, "inner": 1}
         squeezed = tuple(n for d, n in enumerate(shape) if d != unit)
-        return self._emit(like, "merge", (value,), squeezed, attrs)
+        return self.forms.emit(like, "merge", (value,), squeezed, attrs)
 
     def _moved_squeezes(self, squeeze: Node) -> None:
         """squeeze(x at u) == squeeze(x with the unit moved to t, at t), every t."""
@@ -144,23 +142,6 @@ class _Forms:
             if to != unit:
                 moved = self._move_unit(squeeze, value.id, unit, to)
                 self.graph.equalities.append((squeeze.id, self._squeeze(squeeze, moved, to)))
-
-    def _emit(self, like: Node, op: str, operands, shape, attrs: dict) -> int:
-        node = Node(
-            self.next_id,
-            op,
-            tuple(operands),
-            tuple(shape),
-            like.dtype,
-            dict(attrs),
-            like.loc,
-            f"{like.name}.unit_{op}",
-            like.framework_op,
-        )
-        self.graph.nodes[node.id] = node
-        self.placed.setdefault(self.anchor, []).append(node.id)
-        self.next_id += 1
-        return node.id
 
 
 def squeezed_unit(node: Node, graph: Graph) -> tuple[Node, int] | None:

@@ -30,7 +30,7 @@ import itertools
 from dataclasses import dataclass, field, replace
 
 from .canonicalize import _decompose_reshape
-from .ir import Graph, Node, feeding, place_after
+from .ir import Graph, Node, PlacedForms, feeding
 
 VIEWS = frozenset({"split", "merge", "transpose"})
 MAX_PATHS = 4  # chains read through equal forms, per node
@@ -154,9 +154,7 @@ class ViewAtoms:
 class _Forms:
     def __init__(self, graph: Graph) -> None:
         self.graph = graph
-        self.next_id = max(graph.nodes, default=-1) + 1
-        self.placed: dict[int, list[int]] = {}
-        self.anchor = -1
+        self.forms = PlacedForms(graph, "view")
         self.equal: dict[int, list[int]] = {}
         for a, b in graph.equalities:
             self._note(a, b)
@@ -170,15 +168,15 @@ class _Forms:
         nodes = [n for n in self.graph.nodes.values() if n.id in self.program]
         for node in nodes:
             if node.op == "dot":
-                self.anchor = node.id
+                self.forms.anchor = node.id
                 self._dot_forms(node)
         seen: set[tuple] = set()
         for node in nodes:
             if node.op in VIEWS:
-                self.anchor = node.id
+                self.forms.anchor = node.id
                 for source, steps in self._chains(node):
                     self._chain_form(node, source, steps, seen)
-        place_after(self.graph, self.placed)
+        self.forms.place()
 
     def node(self, node_id: int) -> Node:
         return self.graph.nodes[node_id]
@@ -226,13 +224,13 @@ class _Forms:
         }
         free = dot.shape[batch:]
         shape = (*dot.shape[:batch], *free[n_lhs:], *free[:n_lhs])
-        swapped = self._emit(dot, "dot", (rhs.id, lhs.id), shape, attrs)
+        swapped = self.forms.emit(dot, "dot", (rhs.id, lhs.id), shape, attrs)
         perm = (
             *range(batch),
             *(batch + n_rhs + j for j in range(n_lhs)),
             *(batch + j for j in range(n_rhs)),
         )
-        moved = self._emit(dot, "transpose", (swapped,), dot.shape, {"perm": perm})
+        moved = self.forms.emit(dot, "transpose", (swapped,), dot.shape, {"perm": perm})
         self._equal(dot.id, self._made(moved))
         return swapped
 
@@ -256,9 +254,9 @@ class _Forms:
                 at = position + free.index(p)
                 shape = list(dot.shape)
                 shape[at : at + 2] = [shape[at] * shape[at + 1]]
-                whole = self._emit(dot, "dot", tuple(operands), tuple(shape), attrs)
+                whole = self.forms.emit(dot, "dot", tuple(operands), tuple(shape), attrs)
                 split = {"dim": at, "inner": view.attrs["inner"]}
-                return self._made(self._emit(dot, "split", (whole,), dot.shape, split))
+                return self._made(self.forms.emit(dot, "split", (whole,), dot.shape, split))
             position += len(free)
         return None
 
@@ -310,7 +308,7 @@ class _Forms:
             current = source.id
             for op, attrs in planned:
                 shape = _after(self.node(current).shape, op, attrs)
-                current = self._emit(end, op, (current,), shape, attrs)
+                current = self.forms.emit(end, op, (current,), shape, attrs)
             if current != end.id:
                 self._equal(end.id, current)
 
@@ -322,23 +320,6 @@ class _Forms:
             steps.append(("transpose", {"perm": perm}))
         permuted = tuple(split_shape[p] for p in perm)
         return steps + _reshape_steps(permuted, tuple(shape))
-
-    def _emit(self, like: Node, op: str, operands, shape, attrs: dict) -> int:
-        node = Node(
-            self.next_id,
-            op,
-            tuple(operands),
-            tuple(shape),
-            like.dtype,
-            dict(attrs),
-            like.loc,
-            f"{like.name}.view_{op}",
-            like.framework_op,
-        )
-        self.graph.nodes[node.id] = node
-        self.placed.setdefault(self.anchor, []).append(node.id)
-        self.next_id += 1
-        return node.id
 
 
 def _merged_away(dims, p: int) -> tuple[int, ...]:
