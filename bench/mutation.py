@@ -112,6 +112,18 @@ EXAMPLES = [
         ],
         ("baseline.hlo", "tp.hlo"),
     ),
+    (  # tp 6: a converter's padded heads and widths, KV heads repeated (inferred units)
+        "llama padded tp=6",
+        "examples/llama/export.py",
+        ["--config", "tiny", "--tp", "6", "--layers", "1", "--parts", "layers", "--bugs", "none"],
+        ("baseline.hlo", "tp.hlo"),
+    ),
+    (  # heads reached by other reshape/transpose chains and an einsum over a viewed weight
+        "attention views tp=4",
+        "examples/attention_views/export.py",
+        ["--tp", "4"],
+        ("baseline.hlo", "tp.hlo"),
+    ),
     (
         "mixtral ep=2 tp=2",
         "examples/mixtral/export.py",
