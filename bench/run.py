@@ -206,6 +206,16 @@ def main() -> int:
             lambda: export_llama(tmp / "kv_tp64", "405b", 64, layers=2),
             lambda: export_llama(tmp / "kv_tp16", "405b", 16, layers=2),
         ),
+        "views_tp32_over_tp4": (  # heads reached by other view chains, 2 heads per device
+            lambda: run_export(
+                "attention_views", tmp / "views_tp32", "--tp", "32", "--heads", "64"
+            ),
+            lambda: run_export("attention_views", tmp / "views_tp4", "--tp", "4", "--heads", "8"),
+        ),
+        "padded_tp6_over_tp8": (  # 8B's heads and MLP padded at tp 6, against tp 8 unpadded
+            lambda: export_llama(tmp / "padded_tp6", "8b", 6, layers=2),
+            lambda: export_llama(tmp / "unpadded_tp8", "8b", 8, layers=2),
+        ),
         "layers126_over_32": (
             lambda: export_llama(tmp / "layers126", "8b", 8, layers=126),
             lambda: export_llama(tmp / "layers32", "8b", 8, layers=32),
