@@ -189,6 +189,14 @@ class _Forms:
         self.graph.equalities.append((a, b))
         self._note(a, b)
 
+    def _weight_first(self, dot: Node) -> bool:
+        """Whether the dot's first operand is an input viewed (an einsum that puts a weight
+        first, `mhd,bsm->...`): activations first is how both programs write the rest."""
+        node = self.node(dot.operands[0])
+        while node.op in VIEWS:
+            node = self.node(node.operands[0])
+        return node.op == "parameter"
+
     def _feeds_a_transpose(self, node: Node) -> bool:
         return any(self.node(u).op == "transpose" for u in self.users.get(node.id, ()))
 
@@ -199,11 +207,11 @@ class _Forms:
         return node_id
 
     def _dot_forms(self, dot: Node) -> None:
-        """dot == transpose(swapped dot) where a transpose reads the dot (einsum's permuted
-        output); each of them == split(the dot of an unsplit operand) where an operand is a
-        split of a free dim."""
+        """dot == transpose(swapped dot) where a transpose reads a dot over a weight first
+        (einsum's permuted output); each of them == split(the dot of an unsplit operand)
+        where an operand is a split of a free dim."""
         forms = [dot.id]
-        if self._feeds_a_transpose(dot):
+        if self._feeds_a_transpose(dot) and self._weight_first(dot):
             forms.append(self._swapped(dot))
         for form in forms:
             unsplit = self._unsplit(self.node(form))
