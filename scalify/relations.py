@@ -191,12 +191,10 @@ def _some_axes_of(count: int, mesh: Mesh, used: set[str]) -> bool:
     )
 
 
-def _from_tiles(
-    tiles: TileSharding, mesh: Mesh, where: str, base_shape=None, dist_shape=None
-) -> Layout:
+def _from_tiles(tiles: TileSharding, mesh: Mesh, where: str, base_shape, dist_shape) -> Layout:
     """The shards an annotation states, each dim over the axes its devices follow. A dim
     whose blocks together are larger than the baseline's (a converter's padded heads or
-    widths, given the shapes) is the baseline's padded, or repeated and padded, first."""
+    widths; inputs and outputs alike) is the baseline's padded, or repeated and padded, first."""
     placements = []
     used: set[str] = set()
     for dim, count in enumerate(tiles.tiles):
@@ -218,7 +216,7 @@ def _from_tiles(
             )
         if not names:
             names = _axes_for_ratio(count, mesh, used, where, dim)
-        if base_shape is not None and dist_shape[dim] * count != base_shape[dim]:
+        if dist_shape[dim] * count != base_shape[dim]:
             n = math.prod(mesh.axis_size(name) for name in names)
             placements += _padding(dim, base_shape[dim], dist_shape[dim], n) or ()
         for name in names:
@@ -483,9 +481,10 @@ def output_relations(
                 taken = frozenset(p.axis for p in layout)
                 layout = _from_shapes(b_shape, weight[1], mesh, where, taken) + layout
         elif dist_id in dist.output_shardings:
-            layout, source = _from_tiles(dist.output_shardings[dist_id], mesh, where), "annotation"
+            layout = _from_tiles(dist.output_shardings[dist_id], mesh, where, b_shape, d_shape)
+            source = "annotation"
         elif base_id in base.output_shardings:  # an SPMD dump: the global module states it
-            layout = _from_tiles(base.output_shardings[base_id], mesh, where)
+            layout = _from_tiles(base.output_shardings[base_id], mesh, where, b_shape, d_shape)
             source = "baseline annotation"
         elif dist.output_inputs.get(index) in followed:
             weight = followed[dist.output_inputs[index]]

@@ -101,3 +101,38 @@ def test_layouts_are_inferred_where_the_degree_divides_no_size(base, local, expe
 def test_a_block_of_padding_alone_is_not_inferred():
     with pytest.raises(ScalifyError, match="not a multiple"):
         _from_shapes((4, 10), (4, 3), MESH, "here")  # 18 places for 10: whole blocks of padding
+
+
+def test_padded_weights_and_outputs_are_read_from_annotations(tmp_path):
+    """A vocabulary of 14 padded to 16 over tp=4 (a converter's LM head), stated only by
+    the annotations: the weight's and the logits' blocks add up to more than the baseline's
+    dim, so both are the padded value's shards; the padding's zeros are named as assumed."""
+    from conftest import REPO
+
+    from scalify.verify import verify_files
+
+    base = tmp_path / "base.hlo"
+    base.write_text(
+        """HloModule base
+ENTRY main {
+  h = f32[2,8] parameter(0)
+  w = f32[8,14] parameter(1)
+  ROOT l = f32[2,14] dot(h, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+"""
+    )
+    dist = tmp_path / "dist.hlo"
+    dot = "dot(h, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}"
+    dist.write_text(
+        "HloModule dist, num_partitions=4\nENTRY main {\n"
+        "  h = f32[2,8] parameter(0), sharding={replicated}\n"
+        "  w = f32[8,4] parameter(1), sharding={devices=[1,4]<=[4]}\n"
+        f"  ROOT l = f32[2,4] {dot}, sharding={{devices=[1,4]<=[4]}}\n}}\n"
+    )
+    report = verify_files(str(base), str(dist), REPO / "rules", mesh="tp=4")
+    assert report.verdict == "equivalent", report.suspects[:1]
+    padded = "padded(1, 16) shard(1, tp)"
+    assert f"w: {padded} (annotation; its padding assumed to hold zeros)" in "\n".join(
+        report.relations["inputs"]
+    )
+    assert report.outputs[0].expected == padded
