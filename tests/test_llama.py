@@ -4,6 +4,7 @@ the run: the correct version verifies at tp = 2 and 4, and every bug is caught a
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -392,3 +393,16 @@ def test_the_padded_program_computes_the_baseline(tmp_path):
         capture_output=True, text=True, cwd=tmp_path, timeout=600,
     )  # fmt: skip
     assert result.returncode == 0 and "all OK" in result.stdout, result.stdout + result.stderr
+
+
+def test_padding_a_fused_weight_is_refused_with_a_message(tmp_path):
+    """tp 6 would pad the heads, which the fused weights do not support: exit 2, saying so."""
+    result = subprocess.run(
+        [sys.executable, str(LLAMA / "export.py"), "--out", str(tmp_path), "--tp", "6",
+         "--fused"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=300,
+        env={**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=6"},
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert "--fused, --qk-norm and --lookup one_hot need no padding" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -306,7 +306,10 @@ def main(argv: list[str] | None = None) -> None:
     cfg = config_from(a)
     bugs = {"all": None, "none": ()}.get(a.bugs, [b for b in a.bugs.split(",") if b])
     set_device_count(a.tp * a.dp)
-    written = export_all(a.out, cfg, a.tp, a.seq, a.batch, bugs, a.parts, a.bug_layer, a.dp)
+    try:
+        written = export_all(a.out, cfg, a.tp, a.seq, a.batch, bugs, a.parts, a.bug_layer, a.dp)
+    except ValueError as why:  # a split the config does not allow: say which, exit 2
+        ap.error(str(why))
     for path in written.values():
         print(path)
 
