@@ -17,20 +17,17 @@ from dataclasses import replace
 
 from .ir import Graph
 from .layout import Layout
-from .mesh import Mesh
 from .relations import Relation
 
 INFERRED_UNIT = "each run of {unit} repeated: the size both graphs split it by"
 
 
-def infer_repeat_units(
-    base: Graph, dist: Graph, relations: list[Relation], mesh: Mesh
-) -> list[Relation]:
+def infer_repeat_units(base: Graph, dist: Graph, relations: list[Relation]) -> list[Relation]:
     """Relations whose inferred repeat has unit 1 given the unit both programs split by."""
-    return [_with_unit(rel, base, dist, mesh) for rel in relations]
+    return [_with_unit(rel, base, dist) for rel in relations]
 
 
-def _with_unit(rel: Relation, base: Graph, dist: Graph, mesh: Mesh) -> Relation:
+def _with_unit(rel: Relation, base: Graph, dist: Graph) -> Relation:
     if "relations file" in rel.source:
         return rel  # stated by the user: taken as written
     layout: Layout = rel.layout

@@ -137,7 +137,7 @@ def inferred_input_relations(
     """Each input's layout: stated, annotated or read from shapes, then refined by how both
     programs use it (the parts of a fused weight, the unit of a repeat)."""
     inputs = infer_parts(base, dist, input_relations(base, dist, mesh, given), mesh)
-    return infer_repeat_units(base, dist, inputs, mesh)
+    return infer_repeat_units(base, dist, inputs)
 
 
 def verify_graphs(
