@@ -17,12 +17,12 @@ from scalify.relations import _from_tiles
 def test_a_dim_cut_over_two_axes_is_a_shard_over_each():
     mesh = parse_mesh("fsdp=2,sp=2")  # device = 2 * fsdp + sp
     tiles = TileSharding(tiles=(4, 1), devices=(0, 1, 2, 3), device_grid=(4, 1))
-    assert _from_tiles(tiles, mesh, "w") == (
+    assert _from_tiles(tiles, mesh, "w", (8, 4), (2, 4)) == (
         Placement("shard", "fsdp", dim=0),
         Placement("shard", "sp", dim=0),
     )
     swapped = TileSharding(tiles=(4, 1), devices=(0, 2, 1, 3), device_grid=(4, 1))
-    assert _from_tiles(swapped, mesh, "w") == (
+    assert _from_tiles(swapped, mesh, "w", (8, 4), (2, 4)) == (
         Placement("shard", "sp", dim=0),
         Placement("shard", "fsdp", dim=0),
     )
@@ -32,7 +32,7 @@ def test_blocks_on_devices_no_axes_count_are_an_error():
     mesh = parse_mesh("fsdp=2,sp=2")
     tiles = TileSharding(tiles=(4, 1), devices=(0, 3, 1, 2), device_grid=(4, 1))
     with pytest.raises(ScalifyError, match="split 4 ways"):
-        _from_tiles(tiles, mesh, "w")
+        _from_tiles(tiles, mesh, "w", (8, 4), (2, 4))
 
 
 def test_a_set_of_axes_is_one_axis_to_the_simulator():
