@@ -31,9 +31,11 @@ from .ir import Graph, Node, place_after
 from .mesh import Mesh
 
 # the ops a window chain is made of (the first one met that is none of these is its source)
-CHAIN = frozenset({"slice", "concatenate", "collective_permute", "select", "slice_at"})
+CHAIN = frozenset(
+    {"slice", "concatenate", "collective_permute", "select", "slice_at", "dynamic_slice"}
+)
 # ops that make a window depend on the device: without one, the rules read the chain
-MOVING = frozenset({"collective_permute", "select", "slice_at"})
+MOVING = frozenset({"collective_permute", "select", "slice_at", "dynamic_slice"})
 
 
 @dataclass(frozen=True)
@@ -171,8 +173,30 @@ class _WindowReader:
         if held is None or offsets is None:
             return None
         length = self.graph.node(node.operands[0]).shape[dim]
-        clamped = [min(max(int(o), 0), length - size) for o in offsets]  # as HLO clamps
-        return _cut_all(held, clamped, size)
+        return _cut_clamped(held, offsets, length, size)
+
+    def _dynamic_slice(self, node: Node) -> Windows | None:
+        """A dynamic slice cut along one dim only (the others whole, from 0) whose width
+        does not divide the dim, so canonicalisation left it a dynamic slice: DeepSeek's
+        latent `[kv | rope]` product, 288 entries a device, cut back to 256."""
+        x, *starts = node.operands
+        operand = self.graph.node(x)
+        sizes = node.attrs.get("sizes", node.shape)
+        offsets = [self.scalars.of(s) for s in starts]
+        if any(o is None for o in offsets):
+            return None
+        cut = [
+            d
+            for d, (size, offset) in enumerate(zip(sizes, offsets, strict=True))
+            if size != operand.shape[d] or any(int(v) for v in offset)
+        ]
+        if len(cut) != 1:
+            return None
+        (dim,) = cut
+        held = self.of(x, dim)
+        if held is None:
+            return None
+        return _cut_clamped(held, offsets[dim], operand.shape[dim], sizes[dim])
 
     def _device_scalar(self, node_id: int) -> list | None:
         """The value of a predicate the same over the whole operand on each device (a
@@ -181,6 +205,11 @@ class _WindowReader:
         if node.op == "broadcast" and not node.attrs.get("dims"):
             node_id = node.operands[0]
         return self.scalars.of(node_id)
+
+
+def _cut_clamped(held: Windows, offsets: list, length: int, size: int) -> Windows | None:
+    """Each device's window at its own offset, clamped into the dim as HLO clamps."""
+    return _cut_all(held, [min(max(int(o), 0), length - size) for o in offsets], size)
 
 
 def _cut_all(held: Windows, starts: list[int], size: int) -> Windows | None:
@@ -219,25 +248,43 @@ class Block:
 def _block_of_gathered(held: Windows | None, node: Node, graph: Graph, mesh: Mesh) -> Block | None:
     """The block every device holds when it holds one window of the node's width
     at `start + width * coord(axis)` of the source's blocks laid end to end along the axis,
-    taken from a device of its own group along that axis; None otherwise."""
-    if held is None or any(len(p) != 1 or p[0].device is None for p in held.pieces):
+    taken from devices of its own group along that axis (the window may span the edge
+    between two devices' blocks: pieces of both, in order); None otherwise."""
+    if held is None or any(piece.device is None for p in held.pieces for piece in p):
         return None
     width = node.shape[held.dim]
     length = graph.node(held.source).shape[held.dim]
     for axis in (a for a in mesh.names if mesh.axis_size(a) > 1):
         n = mesh.axis_size(axis)
         starts = set()
-        for device, (piece,) in enumerate(held.pieces):
-            theirs, mine = mesh.coords(piece.device), mesh.coords(device)
-            if any(theirs[b] != mine[b] for b in mesh.names if b != axis):
+        for device, pieces in enumerate(held.pieces):
+            span = _span_along(pieces, device, axis, length, mesh)
+            if span is None or span[1] - span[0] != width:
                 break
-            if piece.hi - piece.lo != width:
-                break
-            starts.add(length * theirs[axis] + piece.lo - width * mine[axis])
+            starts.add(span[0] - width * mesh.coords(device)[axis])
         else:
             if len(starts) == 1 and 0 <= min(starts) and min(starts) + width * n <= length * n:
                 return Block(graph.node(held.source), held.dim, axis, min(starts))
     return None
+
+
+def _span_along(
+    pieces: tuple[Piece, ...], device: int, axis: str, length: int, mesh: Mesh
+) -> tuple[int, int] | None:
+    """[lo, hi) of the source's blocks laid end to end along `axis` that the pieces cover
+    in order, each from a device of `device`'s group along the axis; None when they do not
+    abut or come from elsewhere."""
+    mine = mesh.coords(device)
+    span = None
+    for piece in pieces:
+        theirs = mesh.coords(piece.device)
+        if any(theirs[b] != mine[b] for b in mesh.names if b != axis):
+            return None
+        lo = length * theirs[axis] + piece.lo
+        if span is not None and span[1] != lo:
+            return None
+        span = (span[0] if span else lo, lo + piece.hi - piece.lo)
+    return span
 
 
 def _form(graph: Graph, node: Node, block: Block, mesh: Mesh, next_id: int) -> list[int]:

@@ -36,9 +36,10 @@ def run_cli(*args: str) -> CliResult:
     return CliResult(code, out.getvalue(), err.getvalue())
 
 
-def verify_json(baseline: Path, distributed: Path) -> tuple[int, dict]:
-    """`scalify verify --format json` on two files: the exit code and the report."""
-    result = run_cli("verify", str(baseline), str(distributed), "--format", "json")
+def verify_json(baseline: Path, distributed: Path, *options: str) -> tuple[int, dict]:
+    """`scalify verify --format json` on two files (and `options`): the exit code and the
+    report."""
+    result = run_cli("verify", str(baseline), str(distributed), "--format", "json", *options)
     return result.code, json.loads(result.out)
 
 

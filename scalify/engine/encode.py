@@ -55,6 +55,9 @@ def shape_free_nodes(graph: Graph) -> set[int]:
 
 def _free_broadcasts(graph: Graph, twins: frozenset[int]) -> set[int]:
     users = {n: [u for u in us if u not in twins] for n, us in graph.users().items()}
+    # the squeezes and broadcasts that only the twins read are not users either
+    support = _read_by_twins_only(graph, users)
+    users = {n: [u for u in us if u not in support] for n, us in users.items()}
     # The alternative form of a node (graph.equalities) stands where the node stands: it
     # shares its users.
     same = {n: {n} for n in graph.nodes}
@@ -74,11 +77,13 @@ def _free_broadcasts(graph: Graph, twins: frozenset[int]) -> set[int]:
     }
     while True:
         anchored = _anchored(graph, free)
+        pinned = _pinned_floating(graph, users, anchored, outputs)
         lost = {
             n
             for n in free
             if any(
-                not any(o not in same[n] and o in anchored for o in graph.node(u).operands)
+                u not in pinned
+                and not any(o not in same[n] and o in anchored for o in graph.node(u).operands)
                 for u in users[n]
             )
         }
@@ -102,6 +107,53 @@ def _free_broadcasts(graph: Graph, twins: frozenset[int]) -> set[int]:
             first = min(_kept_dims(graph.node(n)) for n in tied)
             tied = {n for n in tied if _kept_dims(graph.node(n)) == first}
         free -= tied
+
+
+def _read_by_twins_only(graph: Graph, users: dict[int, list[int]]) -> set[int]:
+    """The nodes unit_broadcasts.py adds for its twins (`broadcast(squeeze(v))`): read by
+    twins alone (`users` has the twins left out), directly or through one another."""
+    readers = graph.users()
+    outputs = set(graph.outputs)
+    support: set[int] = set()
+    grew = True
+    while grew:
+        grew = False
+        for n in graph.nodes:
+            if n in support or n in outputs or not readers.get(n):
+                continue
+            if all(u in support for u in users.get(n, [])):
+                support.add(n)
+                grew = True
+    return support
+
+
+def _pinned_floating(
+    graph: Graph, users: dict[int, list[int]], anchored: set[int], outputs: set[int]
+) -> set[int]:
+    """Elementwise ops over size-free values only (a LayerNorm's `rsqrt` times its scale,
+    both broadcast) whose own shape their users fix: each user elementwise with an anchored
+    operand, or itself such an op. Their terms carry no sizes either, so their broadcasts
+    may stay free; a greatest fixpoint, as for the broadcasts."""
+    floating = {
+        n.id
+        for n in graph.nodes.values()
+        if n.op in ELEMENTWISE and n.id not in anchored and n.id not in outputs and users.get(n.id)
+    }
+    while True:
+        lost = {
+            n
+            for n in floating
+            if any(
+                graph.node(u).op not in ELEMENTWISE
+                or not (
+                    u in floating or any(o != n and o in anchored for o in graph.node(u).operands)
+                )
+                for u in users[n]
+            )
+        }
+        if not lost:
+            return floating
+        floating -= lost
 
 
 def _kept_dims(node: Node) -> tuple[int, ...]:

@@ -1,7 +1,7 @@
 """EasyDeL's Llama (a JAX LLM library from the package index), sharded by its own partition
 rules and partitioned by XLA's SPMD partitioner: the per-device program proved equivalent to
 the global one at tensor 2 and 4 and on meshes of up to three axes (and Qwen3, Gemma2,
-Mistral, Phi-3 and Cohere2 on three), and an all-reduce taken out of the partitioned
+Mistral, Phi, Phi-3 and Cohere2 on three), and an all-reduce taken out of the partitioned
 program caught. The programs are the `easydel/*.hlo.gz` pairs that `easydel/export.py`
 dumps (EasyDeL needs a venv of its own; see there): the default forward, whose positions
 come from a scan that stacks its outputs with a dynamic-update-slice, and one given a mask
@@ -61,6 +61,9 @@ CASES = {  # the stored pair -> EasyDeL's mesh (dp, fsdp, ep, tp, sp)
     # Phi-3's fused [q | k | v] and [gate | up] products split over tp as one block: XLA
     # reshards each part with windows handed between the tp devices (device_windows.py)
     "phi3_fsdp2_tp2_sp2_mask": "dp=1,fsdp=2,ep=1,tp=2,sp=2",
+    # Phi's LayerNorm on activations split over tp along the hidden dim: `rsqrt` times the
+    # scale, both broadcast, sized only by the centred input they multiply
+    "phi_fsdp2_tp2_sp2_mask": "dp=1,fsdp=2,ep=1,tp=2,sp=2",
     # Cohere2's interleaved RoPE: cos and sin broadcast across each device's heads, then
     # stacked with a unit dim (its moved form broadcasts to the stacked shape directly)
     "cohere2_fsdp2_tp2_sp2_mask": "dp=1,fsdp=2,ep=1,tp=2,sp=2",
@@ -166,3 +169,20 @@ def test_a_wrong_reshard_of_the_fused_parts_is_caught_at_the_cut(tmp_path, right
     assert report.verdict == "not_equivalent"
     first = report.suspects[0]
     assert first.file == "easydel/modules/phi3/modeling_phi3.py", (first.file, first.reason)
+
+
+def test_a_layernorm_scale_cut_on_the_wrong_axis_is_caught(tmp_path):
+    """Phi's LayerNorm scale, replicated, cut per device by an offset table that follows sp
+    instead of tp: caught at the norm's line, whose two broadcast factors carry different
+    layouts."""
+    text = gzip.decompress((HERE / "phi_fsdp2_tp2_sp2_mask_dist.hlo.gz").read_bytes()).decode()
+    right = "u32[8]{0} constant({0, 0, 1, 1, 0, 0, 1, 1})"
+    assert text.count(right) == 1
+    broken = tmp_path / "dist.hlo"
+    broken.write_text(text.replace(right, "u32[8]{0} constant({0, 1, 0, 1, 0, 1, 0, 1})"))
+    mesh = CASES["phi_fsdp2_tp2_sp2_mask"]
+    baseline = str(HERE / "phi_fsdp2_tp2_sp2_mask_baseline.hlo.gz")
+    report = verify_files(baseline, str(broken), RULES, mesh=mesh)
+    assert report.verdict == "not_equivalent"
+    first = report.suspects[0]
+    assert (first.file, first.line) == ("easydel/layers/norms/_norms.py", 708), first.reason

@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -60,8 +61,16 @@ def main() -> None:
     files = sorted(dump.glob("*jit_forward*"))
     (before,) = [p for p in files if "before_spmd-partitioning" in p.name]
     (after,) = [p for p in files if "after_spmd-partitioning" in p.name]
-    shutil.copy(before, args.out / "baseline.hlo")
-    shutil.copy(after, args.out / "dist.hlo")
+    (args.out / "baseline.hlo").write_text(_without_machine_paths(before.read_text()))
+    (args.out / "dist.hlo").write_text(_without_machine_paths(after.read_text()))
+
+
+def _without_machine_paths(text: str) -> str:
+    """The module's file table names this machine's folders; the stored pairs name the
+    package's files under a neutral `/venv` and this repo's relative to its root."""
+    root = str(Path(__file__).resolve().parents[3]) + "/"
+    text = text.replace(f'"{root}', '"')
+    return re.sub(r'"[^"\n]*?/(lib/python3\.\d+/site-packages/)', r'"/venv/\1', text)
 
 
 def _export(dims: tuple[int, ...], mask: bool, family: str, fields: dict) -> None:

@@ -1,0 +1,78 @@
+"""A value moved from one split dim to another by XLA's SPMD partitioner (columns to rows
+and back, over one mesh axis or two at once) is proved: XLA inserts a unit dim, splits the
+dim it hands out and exchanges that split with an all-to-all, which folds to the one
+exchange the rules read. The same modules with the all-to-all among the devices of another
+axis are not proved.
+
+And two ways DeepSeek's attention (EasyDeL's) is written: a head built by writing its
+parts into zeros at static offsets (read as their concatenation), and positions counted
+in floats on each device's block (read as its block of the whole count)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from conftest import exported_programs, verify_json
+
+pytest.importorskip("jax")
+
+programs = exported_programs("xla_reshards")
+MESH = "fsdp=2,tp=2,sp=2"
+RESHARDS = ["columns_to_rows", "rows_to_columns", "rows_to_both", "swap"]
+
+
+@pytest.mark.parametrize("name", RESHARDS)
+def test_a_reshard_by_all_to_all_is_proved(programs, name):
+    code, report = verify_json(
+        programs / f"{name}_baseline.hlo", programs / f"{name}.hlo", "--mesh", MESH
+    )
+    assert (code, report["verdict"]) == (0, "equivalent"), report["suspects"]
+    assert "all_to_all_moves_shard" in report["stats"]["rules_fired"]
+
+
+@pytest.mark.parametrize("name", RESHARDS)
+def test_an_all_to_all_among_another_axis_is_not_proved(programs, name, tmp_path):
+    text = (programs / f"{name}.hlo").read_text()
+    exchange = re.search(
+        r"all-to-all\(.*?replica_groups=mesh\[([^\]]*)\][^{]*\{'(axis_\d)'\}", text
+    )
+    assert exchange is not None
+    sizes = dict(re.findall(r"'(axis_\d)'=(\d+)", exchange.group(1)))
+    used = exchange.group(2)
+    other = next(a for a, n in sizes.items() if a != used and n == sizes[used])
+    start, end = exchange.span(2)
+    broken = tmp_path / "broken.hlo"
+    broken.write_text(text[:start] + other + text[end:])
+    code, report = verify_json(programs / f"{name}_baseline.hlo", broken, "--mesh", MESH)
+    assert code == 1 and report["verdict"] != "equivalent", report["verdict"]
+
+
+@pytest.mark.parametrize("name", ["parts_written", "float_positions"])
+def test_deepseek_spellings_are_proved(programs, name):
+    code, report = verify_json(
+        programs / f"{name}_baseline.hlo", programs / f"{name}.hlo", "--mesh", MESH
+    )
+    assert (code, report["verdict"]) == (0, "equivalent"), report["suspects"]
+
+
+@pytest.mark.parametrize("offset", ["{8}", "{12}"])
+def test_a_part_written_at_another_offset_is_not_proved(programs, offset, tmp_path):
+    """The rope part written over the end of the other part (it still fits in the head)."""
+    text = (programs / "parts_written.hlo").read_text()
+    assert text.count("constant({16})") == 1
+    broken = tmp_path / "broken.hlo"
+    broken.write_text(text.replace("constant({16})", f"constant({offset})"))
+    code, report = verify_json(programs / "parts_written_baseline.hlo", broken, "--mesh", MESH)
+    assert code == 1 and report["verdict"] == "not_equivalent", report["verdict"]
+
+
+@pytest.mark.parametrize("step", ["16", "33"])
+def test_positions_counted_from_another_offset_are_not_proved(programs, step, tmp_path):
+    """Each device's float count shifted by a step other than its block's size."""
+    text = (programs / "float_positions.hlo").read_text()
+    assert text.count("s32[] constant(32)") == 1
+    broken = tmp_path / "broken.hlo"
+    broken.write_text(text.replace("s32[] constant(32)", f"s32[] constant({step})"))
+    code, report = verify_json(programs / "float_positions_baseline.hlo", broken, "--mesh", MESH)
+    assert code == 1 and report["verdict"] == "not_equivalent", report["verdict"]
