@@ -28,16 +28,13 @@ from .ast import (
 )
 from .signatures import (
     ARITH_FUNCTIONS,
-    AXES_FAMILY,
     AXIS_FREE,
-    COMMON_ATTRS,
     CONSTANT_NAMES,
     COORD,
     DIM_FUNCTIONS,
     DIM_MAPPED,
     LAYOUTS,
     OP_ARITY,
-    OP_ATTRS,
     PARTIAL_LIKE,
     RESCALED,
     SIZE,
@@ -45,6 +42,8 @@ from .signatures import (
     VALUE_FUNCTIONS,
     VALUE_LAYOUTS,
     WHERE_ONLY_SPREADS,
+    attr_kinds,
+    binds_axis,
 )
 
 DIST, BASE, OP, DIM, AXIS, SCALAR, STR = "dist", "base", "op", "dim", "axis", "scalar", "str"
@@ -86,7 +85,7 @@ class RuleChecker:
                 "layout clauses (`X ~ x @ ...`) belong in `where`",
             )
         for clause in rule.where:
-            if isinstance(clause, Membership) and clause.family == AXES_FAMILY:
+            if binds_axis(clause):
                 self._bind(Var(clause.var, clause.span), AXIS, info)
             elif isinstance(clause, Membership):
                 info.op_vars[clause.var] = self._family(clause)
@@ -130,7 +129,7 @@ class RuleChecker:
                 app.span,
                 f"`{app.name}` takes {_arity_text(arities)} operands, found {len(app.args)}",
             )
-        allowed = {**COMMON_ATTRS, **OP_ATTRS.get(name, {})}
+        allowed = attr_kinds(name)
         for attr, _ in app.attrs:
             if attr not in allowed:
                 raise self.fail(
@@ -145,7 +144,7 @@ class RuleChecker:
             self._bind(app.args[0], SPECIAL[app.name], info)
             return
         for attr, value in app.attrs:
-            kind = {**COMMON_ATTRS, **OP_ATTRS.get(app.name, {})}[attr]
+            kind = attr_kinds(app.name)[attr]
             self._bind(value, DIM if kind == "I" else AXIS if attr == "axes" else STR, info)
         for arg in app.args:
             if isinstance(arg, App):
@@ -166,7 +165,7 @@ class RuleChecker:
                 )
 
     def _check_where(self, clause, info: RuleInfo) -> None:
-        if isinstance(clause, Membership) and clause.family == AXES_FAMILY:
+        if binds_axis(clause):
             return
         if isinstance(clause, Membership):
             if clause.var not in info.roles and clause.var not in _ops_in(info.rule.match):

@@ -16,18 +16,17 @@ from .ast import App, Comparison, Equation, IntLit, Membership, Relation, StrLit
 from .check import RuleInfo
 from .signatures import (
     ARITH_FUNCTIONS,
-    AXES_FAMILY,
     AXIS_FREE,
-    COMMON_ATTRS,
     CONSTANT_NAMES,
     COORD,
     DIM_FUNCTIONS,
-    OP_ATTRS,
     RESCALED,
     SIZE,
     SPLAT,
     VALUE_FUNCTIONS,
     WHERE_ONLY_SPREADS,
+    attr_kinds,
+    binds_axis,
 )
 
 
@@ -129,12 +128,12 @@ class _Lowering:
                 args.append(self.var(arg.name))
         self.query.append(f"(= {target} (Op{len(args)} {op} {key} {' '.join(args)}))")
         for attr, value in app.attrs:
-            kind = {**COMMON_ATTRS, **OP_ATTRS.get(app.name, {})}[attr]
+            kind = attr_kinds(app.name)[attr]
             rendered = self.dim(value) if kind == "I" else self.string(value)
             self.query.append(f'(= (Attr{kind} {key} "{attr}") {rendered})')
 
     def where(self, clause) -> None:
-        if isinstance(clause, Membership) and clause.family == AXES_FAMILY:
+        if binds_axis(clause):
             self.query.append(f"(Axis {self.var(clause.var)})")
         elif isinstance(clause, Membership):
             self.query.append(f'(InFamily {self.var(clause.var)} "{clause.family}")')

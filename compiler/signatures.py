@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from scalify.ops import OPS
 
+from .ast import Membership
+
 # Attribute kinds: "S" string, "I" integer. Each maps to an egglog lookup (AttrS / AttrI).
 # Every op has `class`: float, int or pred, the kind of its result dtype (an identity over the
 # reals may fail over integers: integer division does not distribute over a sum).
@@ -18,6 +20,12 @@ OP_ARITY: dict[str, tuple[int, ...]] = {
     name: spec.arity for name, spec in OPS.items() if spec.arity
 }
 DIM_MAPPED = frozenset(name for name, spec in OPS.items() if spec.dim_map is not None)
+
+
+def attr_kinds(op: str) -> dict[str, str]:
+    """The attributes a pattern of `op` may read, with their kinds: its own and `class`."""
+    return {**COMMON_ATTRS, **OP_ATTRS.get(op, {})}
+
 
 # `splat(c)`: a scalar broadcast to whatever shape its elementwise user has.
 SPLAT = "splat"
@@ -93,3 +101,8 @@ SIZE = "size"
 COORD = "coord"
 # `a in axes` binds an axis variable to every mesh axis in turn.
 AXES_FAMILY = "axes"
+
+
+def binds_axis(clause: object) -> bool:
+    """`a in axes`: a membership binding an axis variable (any other family binds an op)."""
+    return isinstance(clause, Membership) and clause.family == AXES_FAMILY

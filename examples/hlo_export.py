@@ -1,14 +1,18 @@
 """Shared by the JAX examples: fix the host device count before JAX starts, and write HLO
 whose FileNames are repository-relative (JAX's own canonicalisation option; the text is
-never edited)."""
+never edited); the command line and the model import each export.py would repeat."""
 
 from __future__ import annotations
 
+import importlib
+import inspect
+import math
 import os
 import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -90,24 +94,36 @@ def shard_map_variants(
     return variants
 
 
+def example_model(export_file: str) -> ModuleType:
+    """The `model.py` beside an example's `export.py`, imported by that name (its folder put
+    on sys.path first), for an export run as a script or imported. Call it after
+    `set_device_count`: a model imports jax."""
+    folder = str(Path(export_file).resolve().parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    return importlib.import_module("model")
+
+
 def export_cli(
     doc: str,
-    options: dict[str, int],
-    devices: Callable[..., int],
     export: Callable[..., dict[str, Path]],
+    devices: tuple[str, ...],
     argv: list[str] | None = None,
 ) -> None:
-    """The command line the examples' export.py share: `--out DIR` and integer options
-    (`head_dim` is `--head-dim`), the device count fixed before JAX starts, then `export`
-    called with the options by name; prints the files written."""
+    """The command line the examples' export.py share: `--out DIR`, then an integer option for
+    each parameter of `export` after the folder (`head_dim` is `--head-dim`, its default the
+    parameter's), so the options are written once, in the signature. The device count, the
+    product of the `devices` options, is fixed before JAX starts; then `export` is called
+    with the options by name, and the files written are printed."""
     import argparse
 
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
-    for name, default in options.items():
-        parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=default)
+    options = list(inspect.signature(export).parameters.values())[1:]
+    for option in options:
+        parser.add_argument(f"--{option.name.replace('_', '-')}", type=int, default=option.default)
     args = parser.parse_args(argv)
-    values = {name: getattr(args, name) for name in options}
-    set_device_count(devices(**values))
+    values = {option.name: getattr(args, option.name) for option in options}
+    set_device_count(math.prod(values[name] for name in devices))
     for path in export(args.out, **values).values():
         print(path)

@@ -146,30 +146,14 @@ def check_equivalent(
 
 
 def assert_equivalent(
-    baseline_fn: Callable[..., Any],
-    parallel_fn: Callable[..., Any],
-    *,
-    mesh: Any,
-    example_inputs: Sequence[Any],
-    parallel_inputs: Sequence[Any] | None = None,
-    relations: Mapping[str, Any] | None = None,
-    rules: str | Path | None = None,
-    tracing_mode: str = "auto",
+    baseline_fn: Callable[..., Any], parallel_fn: Callable[..., Any], **options: Any
 ) -> Report:
-    """`check_equivalent`, raising AssertionError with the text report unless the verdict is
-    `equivalent` (pytest shows the suspects and their source lines). Returns the report."""
+    """`check_equivalent` with the same arguments (`options` are its keyword arguments),
+    raising AssertionError with the text report unless the verdict is `equivalent` (pytest
+    shows the suspects and their source lines). Returns the report."""
     from .report import render
 
-    report = check_equivalent(
-        baseline_fn,
-        parallel_fn,
-        mesh=mesh,
-        example_inputs=example_inputs,
-        parallel_inputs=parallel_inputs,
-        relations=relations,
-        rules=rules,
-        tracing_mode=tracing_mode,
-    )
+    report = check_equivalent(baseline_fn, parallel_fn, **options)
     if report.verdict != EQUIVALENT:
         raise AssertionError("scalify: not proved equivalent\n" + render(report, "text"))
     return report

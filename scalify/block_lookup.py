@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from .index_forms import Block, IndexReader
 from .ir import ROW_MAJOR_VIEWS, Graph, NewNodes, Node, replace_nodes
+from .values import literal_number
 
 
 def fold_block_lookups(graph: Graph, ranges: dict[int, tuple[float, float]]) -> None:
@@ -254,7 +255,4 @@ def _is_zero_fill(nodes: dict[int, Node], node_id: int) -> bool:
         node = nodes[node.operands[0]]
     if node.op != "constant" or node.shape:
         return False
-    try:
-        return float(str(node.attrs.get("value"))) == 0.0
-    except ValueError:
-        return False
+    return literal_number(node.attrs.get("value")) == 0.0

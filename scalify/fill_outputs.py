@@ -14,6 +14,7 @@ from __future__ import annotations
 from .ir import Graph, is_scalar_fill
 from .layout import Layout, local_shape
 from .mesh import Mesh
+from .values import literal_number
 
 
 def fill_fits(
@@ -41,7 +42,4 @@ def _fill_value(graph: Graph, node_id: int) -> tuple[str, str] | None:
 
 
 def _is_zero(value: tuple[str, str]) -> bool:
-    try:
-        return float(value[0]) == 0.0
-    except ValueError:
-        return False
+    return literal_number(value[0]) == 0.0

@@ -61,8 +61,9 @@ class RuleReport:
     unsound: list[str] = field(default_factory=list)
 
 
-class _Builder:
-    """Builds both graphs node by node; the distributed side gets local shapes."""
+class InstanceBuilder:
+    """Builds both graphs node by node; the distributed side gets local shapes. What each op's
+    fuzz generator (`OpSpec.generate`) builds its random instance with."""
 
     def __init__(self, rng: np.random.Generator, mesh: Mesh) -> None:
         self.rng = rng
@@ -269,7 +270,7 @@ def generate(
     if spec is None or spec.generate is None:
         raise NotSimulable(f"no instance generator for `{op}`")
     mesh = Mesh(MESHES[int(rng.integers(len(MESHES)))])
-    b = _Builder(rng, mesh)
+    b = InstanceBuilder(rng, mesh)
     b.hints = list(hints or [])
     b.values = values
     out = spec.generate(b)

@@ -22,6 +22,7 @@ import math
 from collections.abc import Callable
 
 from .ir import ROW_MAJOR_VIEWS, Graph, Node
+from .values import literal_number
 
 Range = tuple[float, float]  # lo, hi; +-inf when unbounded
 
@@ -311,11 +312,8 @@ def _arithmetic(op: str, got: list[Range]) -> Range | None:
 
 
 def as_int(value) -> int | None:
-    try:
-        number = float(str(value))
-    except ValueError:
-        return None
-    return int(number) if number.is_integer() else None
+    number = literal_number(value)
+    return int(number) if number is not None and number.is_integer() else None
 
 
 _INT_BITS = {"s8": 8, "s16": 16, "s32": 32, "s64": 64, "u8": 8, "u16": 16, "u32": 32, "u64": 64}

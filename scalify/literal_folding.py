@@ -15,7 +15,7 @@ import numpy as np
 
 from .ir import ROW_MAJOR_VIEWS, Graph, Node
 from .ops import OPS
-from .values import NotSimulable, host
+from .values import NotSimulable, host, literal_number
 
 FOLDED = frozenset({"add", "sub", "mul", "div", "neg", "max", "min", "convert", "not", "and", "or"})
 
@@ -84,10 +84,7 @@ def _added_to_zero(node: Node, nodes: dict[int, Node]) -> int | None:
 def is_zero_fill(node_id: int, nodes: dict[int, Node]) -> bool:
     """A zero scalar, or a fill of one (`0`, `0.0`, `-0.0`, however the frontend spelled it)."""
     text = fill_value(nodes[node_id], nodes)
-    try:
-        return text is not None and float(text) == 0.0
-    except ValueError:
-        return False
+    return literal_number(text) == 0.0
 
 
 def fill_value(node: Node, nodes: dict[int, Node]) -> str | None:

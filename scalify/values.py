@@ -17,6 +17,15 @@ class NotSimulable(Exception):
     """The op has no numeric semantics here (opaque, pad, ...): the graph is not simulated."""
 
 
+def literal_number(text: object) -> float | None:
+    """The number a scalar literal's text spells (`4`, `-1.0`, `inf`), or None for one that
+    is not a number (`true`, an elided `{...}`, a tuple): frontends spell numbers differently."""
+    try:
+        return float(str(text))
+    except ValueError:
+        return None
+
+
 def dtype_class(dtype: str) -> str:
     """float, int or pred: how a value of `dtype` is held, and what identities over the reals
     may assume about it."""

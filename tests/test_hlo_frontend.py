@@ -15,7 +15,7 @@ import pytest
 
 from scalify.errors import ScalifyError
 from scalify.frontends.hlo import load_hlo, parse_hlo
-from scalify.frontends.hlo_attributes import _groups, _hlo_sharding, _shape_leaves
+from scalify.frontends.hlo_attributes import _Array, _groups, _hlo_sharding, _leaves
 from scalify.ir import Graph, Node, TileSharding
 from scalify.ops import CANONICAL_OPS
 
@@ -430,7 +430,7 @@ def test_attribute_parsers() -> None:
         pass
 
     shape = _array_of(Tok("f32[16,64]{1,0}"))
-    assert _shape_leaves(shape)[0].dims == (16, 64)
+    assert _leaves(shape, _Array)[0].dims == (16, 64)
     assert _hlo_sharding("{devices=[1,4,2]<=[2,4]T(1,0) last_tile_dim_replicate}", shape) == [
         TileSharding(tiles=(1, 4), devices=(0, 4, 1, 5, 2, 6, 3, 7), device_grid=(1, 4, 2))
     ]

@@ -13,14 +13,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-
-from hlo_export import export_cli, shard_map_variants, write_hlo  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from hlo_export import example_model, export_cli, shard_map_variants, write_hlo  # noqa: E402
 
 
 def export_all(
-    out_dir: Path, dp: int, tp: int, batch: int = 8, hidden: int = 64, ffn: int = 256
+    out_dir: Path, dp: int = 2, tp: int = 4, batch: int = 8, hidden: int = 64, ffn: int = 256
 ) -> dict[str, Path]:
     """Write baseline.hlo, tp.hlo and tp_<bug>.hlo to out_dir; return {name: path}.
 
@@ -30,9 +28,7 @@ def export_all(
     import jax
     from jax.sharding import PartitionSpec as P
 
-    if str(HERE) not in sys.path:
-        sys.path.insert(0, str(HERE))
-    from model import BUGS, mlp, tp_mlp
+    model = example_model(__file__)
 
     if jax.device_count() < dp * tp:
         raise RuntimeError(
@@ -55,19 +51,11 @@ def export_all(
         ((ffn, hidden), P("tp", None)),
         ((hidden,), P()),
     ]
-    bugs = tuple(bug for bug in BUGS if not (bug == "wrong_groups" and dp == 1))
-    return write_hlo(out_dir, shard_map_variants(mesh, mlp, tp_mlp, args, out_spec, "tp", bugs))
-
-
-def main(argv: list[str] | None = None) -> None:
-    export_cli(
-        __doc__,
-        {"dp": 2, "tp": 4, "batch": 8, "hidden": 64, "ffn": 256},
-        lambda dp, tp, **_: dp * tp,
-        export_all,
-        argv,
+    bugs = tuple(bug for bug in model.BUGS if not (bug == "wrong_groups" and dp == 1))
+    return write_hlo(
+        out_dir, shard_map_variants(mesh, model.mlp, model.tp_mlp, args, out_spec, "tp", bugs)
     )
 
 
 if __name__ == "__main__":
-    main()
+    export_cli(__doc__, export_all, devices=("dp", "tp"))

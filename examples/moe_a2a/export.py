@@ -11,20 +11,23 @@ import sys
 from functools import partial
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-
-from hlo_export import export_cli, shard_map_variants, write_hlo  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from hlo_export import example_model, export_cli, shard_map_variants, write_hlo  # noqa: E402
 
 
 def export_all(
-    out_dir: Path, ep: int, tokens: int, hidden: int, experts: int, ffn: int, capacity: int
+    out_dir: Path,
+    ep: int = 4,
+    tokens: int = 8,
+    hidden: int = 16,
+    experts: int = 8,
+    ffn: int = 32,
+    capacity: int = 4,
 ) -> dict[str, Path]:
     import jax
     from jax.sharding import PartitionSpec as P
 
-    sys.path.insert(0, str(HERE))
-    from model import BUGS, SCATTER_BUGS, ep_moe, ep_moe_scatter, moe, moe_scatter
+    model = example_model(__file__)
 
     args = [
         ((ep, tokens, hidden), P("ep")),  # one group of tokens per device
@@ -35,8 +38,14 @@ def export_all(
     mesh = jax.make_mesh((ep,), ("ep",))
     variants = {}
     forms = (  # (baseline, body, name, bugs, the baseline's file name)
-        (moe, ep_moe, "ep", BUGS, "baseline"),
-        (moe_scatter, ep_moe_scatter, "scatter", SCATTER_BUGS, "scatter_baseline"),
+        (model.moe, model.ep_moe, "ep", model.BUGS, "baseline"),
+        (
+            model.moe_scatter,
+            model.ep_moe_scatter,
+            "scatter",
+            model.SCATTER_BUGS,
+            "scatter_baseline",
+        ),
     )
     for baseline, body, name, bugs, baseline_name in forms:
         form = shard_map_variants(
@@ -53,15 +62,5 @@ def export_all(
     return write_hlo(out_dir, variants)
 
 
-def main(argv: list[str] | None = None) -> None:
-    export_cli(
-        __doc__,
-        {"ep": 4, "tokens": 8, "hidden": 16, "experts": 8, "ffn": 32, "capacity": 4},
-        lambda ep, **_: ep,
-        export_all,
-        argv,
-    )
-
-
 if __name__ == "__main__":
-    main()
+    export_cli(__doc__, export_all, devices=("ep",))

@@ -9,20 +9,17 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-
-from hlo_export import export_cli, shard_map_variants, write_hlo  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from hlo_export import example_model, export_cli, shard_map_variants, write_hlo  # noqa: E402
 
 
 def export_all(
-    out_dir: Path, tp: int, layers: int, batch: int, hidden: int, ffn: int
+    out_dir: Path, tp: int = 4, layers: int = 4, batch: int = 8, hidden: int = 32, ffn: int = 128
 ) -> dict[str, Path]:
     import jax
     from jax.sharding import PartitionSpec as P
 
-    sys.path.insert(0, str(HERE))
-    from model import BUGS, stack, tp_stack
+    model = example_model(__file__)
 
     args = [
         ((batch, hidden), P()),
@@ -30,18 +27,10 @@ def export_all(
         ((layers, ffn, hidden), P(None, "tp", None)),
     ]
     mesh = jax.make_mesh((tp,), ("tp",))
-    return write_hlo(out_dir, shard_map_variants(mesh, stack, tp_stack, args, P(), "tp", BUGS))
-
-
-def main(argv: list[str] | None = None) -> None:
-    export_cli(
-        __doc__,
-        {"tp": 4, "layers": 4, "batch": 8, "hidden": 32, "ffn": 128},
-        lambda tp, **_: tp,
-        export_all,
-        argv,
+    return write_hlo(
+        out_dir, shard_map_variants(mesh, model.stack, model.tp_stack, args, P(), "tp", model.BUGS)
     )
 
 
 if __name__ == "__main__":
-    main()
+    export_cli(__doc__, export_all, devices=("tp",))

@@ -9,20 +9,17 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-
-from hlo_export import export_cli, shard_map_variants, write_hlo  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from hlo_export import example_model, export_cli, shard_map_variants, write_hlo  # noqa: E402
 
 
 def export_all(
-    out_dir: Path, tp: int, batch: int, seq: int, hidden: int, ffn: int
+    out_dir: Path, tp: int = 4, batch: int = 2, seq: int = 32, hidden: int = 32, ffn: int = 128
 ) -> dict[str, Path]:
     import jax
     from jax.sharding import PartitionSpec as P
 
-    sys.path.insert(0, str(HERE))
-    from model import BUGS, block, sp_block
+    model = example_model(__file__)
 
     args = [
         ((batch, seq, hidden), P(None, "tp")),
@@ -32,19 +29,12 @@ def export_all(
     ]
     mesh = jax.make_mesh((tp,), ("tp",))
     return write_hlo(
-        out_dir, shard_map_variants(mesh, block, sp_block, args, P(None, "tp"), "sp", BUGS)
-    )
-
-
-def main(argv: list[str] | None = None) -> None:
-    export_cli(
-        __doc__,
-        {"tp": 4, "batch": 2, "seq": 32, "hidden": 32, "ffn": 128},
-        lambda tp, **_: tp,
-        export_all,
-        argv,
+        out_dir,
+        shard_map_variants(
+            mesh, model.block, model.sp_block, args, P(None, "tp"), "sp", model.BUGS
+        ),
     )
 
 
 if __name__ == "__main__":
-    main()
+    export_cli(__doc__, export_all, devices=("tp",))

@@ -8,37 +8,26 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-
-from hlo_export import export_cli, shard_map_variants, write_hlo  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from hlo_export import example_model, export_cli, shard_map_variants, write_hlo  # noqa: E402
 
 
-def export_all(out_dir: Path, sp: int, batch: int, seq: int, hidden: int) -> dict[str, Path]:
+def export_all(
+    out_dir: Path, sp: int = 4, batch: int = 2, seq: int = 32, hidden: int = 64
+) -> dict[str, Path]:
     import jax
     from jax.sharding import PartitionSpec as P
 
-    sys.path.insert(0, str(HERE))
-    from model import BUGS, attention_block, ulysses_block
+    model = example_model(__file__)
 
     weight = ((hidden, hidden), P())
     args = [((seq, batch, hidden), P("sp")), weight, weight, weight, weight]
     mesh = jax.make_mesh((sp,), ("sp",))
     variants = shard_map_variants(
-        mesh, attention_block, ulysses_block, args, P("sp"), "ulysses", BUGS
+        mesh, model.attention_block, model.ulysses_block, args, P("sp"), "ulysses", model.BUGS
     )
     return write_hlo(out_dir, variants)
 
 
-def main(argv: list[str] | None = None) -> None:
-    export_cli(
-        __doc__,
-        {"sp": 4, "batch": 2, "seq": 32, "hidden": 64},
-        lambda sp, **_: sp,
-        export_all,
-        argv,
-    )
-
-
 if __name__ == "__main__":
-    main()
+    export_cli(__doc__, export_all, devices=("sp",))

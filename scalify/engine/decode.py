@@ -27,21 +27,14 @@ def _relations(session: EGraphSession, functions) -> dict[int, set[tuple[Layout,
     for row in functions["LNil"].rows:
         layouts[row.output] = ("nil",)
     pending = {}
-    for row in functions["LShard"].rows:
-        pending[row.output] = (
-            "shard",
-            session.i64(row.inputs[0]),
-            session.string(row.inputs[1]),
-            row.inputs[2],
-        )
-    for row in functions["LPartial"].rows:
-        pending[row.output] = (
-            "partial",
-            session.string(row.inputs[0]),
-            session.string(row.inputs[1]),
-            row.inputs[2],
-        )
-
+    # (dim or op, axis, the rest of the layout): a shard's first field is a dim, a partial's an op
+    for function, kind, first in (
+        ("LShard", "shard", session.i64),
+        ("LPartial", "partial", session.string),
+    ):
+        for row in functions[function].rows:
+            dim_or_op, axis, rest = row.inputs[:3]
+            pending[row.output] = (kind, first(dim_or_op), session.string(axis), rest)
     for row in functions["LRescaled"].rows:
         pending[row.output] = ("rescaled", session.string(row.inputs[0]), "", row.inputs[1])
     for row in functions["LLog"].rows:

@@ -18,6 +18,7 @@ from scalify.layout import Layout, value_step
 from scalify.mesh import Mesh
 from scalify.ops import ELEMENTWISE, NOT_PURE, SIZED_OPERAND
 from scalify.ops.spec import Signature
+from scalify.values import literal_number
 
 from .signature import node_signature
 
@@ -365,11 +366,8 @@ def signature_facts(signatures: dict[str, Signature]) -> list[str]:
 
 def _integer(text: str) -> int | None:
     """The integer a literal stands for (`4`, `4.0`), or None."""
-    try:
-        value = float(text)
-    except ValueError:
-        return None
-    return int(value) if value.is_integer() and abs(value) < 2**62 else None
+    value = literal_number(text)
+    return int(value) if value is not None and value.is_integer() and abs(value) < 2**62 else None
 
 
 def vocabulary_facts(mesh: Mesh, graphs: list[Graph]) -> list[str]:

@@ -540,18 +540,6 @@ def _completed_at(node_id: int, dist: Graph, proven: Proven) -> Node | None:
     return _nearest_upstream_node(node_id, dist, made_there, lambda o: o in proven)
 
 
-def _nearest_upstream(
-    node_id: int,
-    dist: Graph,
-    origin: Callable[[Node], str],
-    follow: Callable[[int], bool],
-    budget: int = 64,
-) -> str:
-    """Breadth-first up the operands that `follow` admits: the first non-empty `origin`."""
-    found = _nearest_upstream_node(node_id, dist, lambda n: bool(origin(n)), follow, budget)
-    return origin(found) if found is not None else ""
-
-
 def _nearest_upstream_node(
     node_id: int,
     dist: Graph,
@@ -559,6 +547,7 @@ def _nearest_upstream_node(
     follow: Callable[[int], bool],
     budget: int = 64,
 ) -> Node | None:
+    """Breadth-first up the operands that `follow` admits: the first node `accept` takes."""
     seen, queue = set(), [node_id]
     while queue and len(seen) < budget:
         current = dist.node(queue.pop(0))

@@ -31,7 +31,7 @@ from scalify.ir import Graph
 from scalify.mesh import Mesh
 from scalify.ops import OPS
 from scalify.ops.spec import Scaling
-from scalify.values import dtype_class
+from scalify.values import dtype_class, literal_number
 
 from .encode import egg_string, literal_key, node_ref
 
@@ -200,11 +200,8 @@ def group_sizes(mesh: Mesh) -> set[int]:
 
 
 def _value(key: str) -> Fraction | None:
-    try:
-        value = float(key)
-    except ValueError:
-        return None
-    return Fraction(value) if np.isfinite(value) else None
+    value = literal_number(key)
+    return Fraction(value) if value is not None and np.isfinite(value) else None
 
 
 def _same_value(

@@ -34,13 +34,13 @@ from .hlo_attributes import (
     _hlo_sharding,
     _ints,
     _is_identity,
+    _leaves,
     _literal,
     _mesh_hint,
     _metadata,
     _pairs,
     _rows_added_form,
     _sdy_shardings,
-    _shape_leaves,
     _slice,
     _stack_in_source_file,
     _unit_windows_as_batch,
@@ -155,15 +155,6 @@ def _tiles(global_dims: tuple[int, ...], local_dims: tuple[int, ...]) -> tuple[i
         whole // part if part > 0 else 1
         for whole, part in zip(global_dims, local_dims, strict=True)
     )
-
-
-def _value_leaves(value: _Value) -> list[int]:
-    if isinstance(value, int):
-        return [value]
-    out: list[int] = []
-    for v in value:
-        out.extend(_value_leaves(v))
-    return out
 
 
 class _Lowering:
@@ -468,7 +459,7 @@ class _Lowering:
         """An instruction Scalify does not interpret: operands kept, one node per result leaf."""
         operands: list[int] = []
         for v in vals:
-            operands.extend(_value_leaves(v))
+            operands.extend(_leaves(v, int))
         attrs: dict[str, Any] = {"hlo_op": ins.opcode}
         if extra:
             attrs.update(extra)
@@ -486,7 +477,7 @@ class _Lowering:
     def run(self) -> Graph:
         entry = self.index()
         root_value = self.evaluate(entry, None, None)
-        outputs = _value_leaves(root_value)
+        outputs = _leaves(root_value, int)
         output_shardings = self._output_shardings(entry, root_value, outputs)
         return self._finish(outputs, output_shardings)
 
@@ -566,7 +557,7 @@ class _Lowering:
             return self.gather(ins, vals, shape, loc, fop)
         if opcode == "scatter" and len(vals) == 3 and isinstance(shape, _Array):
             return self.scatter(ins, vals, shape, loc, fop)
-        if opcode == "topk" and len(_shape_leaves(shape)) == 2 and len(vals) == 1:
+        if opcode == "topk" and len(_leaves(shape, _Array)) == 2 and len(vals) == 1:
             return self.top_k(ins, vals[0], loc, fop)
         if not isinstance(shape, _Array):
             return self.opaque(ins, vals, loc, fop)
@@ -744,7 +735,7 @@ class _Lowering:
         indices, as two `top_k` nodes (`part` 0 and 1)."""
         k = _ints(self.attr(ins, "k") or "")
         largest = self.attr(ins, "largest") != "false"
-        values, indices = _shape_leaves(ins.shape)
+        values, indices = _leaves(ins.shape, _Array)
         return tuple(
             self.new(
                 "top_k",
@@ -960,7 +951,7 @@ class _Lowering:
     ) -> _Value:
         """shard_map entry: an entry parameter seen through GlobalToLocalShape becomes a
         parameter of the local shape, with its tiling and mesh axes recorded."""
-        locals_ = _shape_leaves(ins.shape)
+        locals_ = _leaves(ins.shape, _Array)
         axes_per_value = self._sdy_attr(ins, "xla.sdy.in_shardings")
         if len(locals_) != len(vals):
             return self.opaque(ins, vals, loc, fop, {"target": "xla.sdy.GlobalToLocalShape"})
@@ -974,7 +965,7 @@ class _Lowering:
             ):
                 # Not an entry parameter: the local slice cannot be named, keep it opaque.
                 attrs = {"hlo_op": ins.opcode, "target": "xla.sdy.GlobalToLocalShape"}
-                operands = tuple(_value_leaves(value))
+                operands = tuple(_leaves(value, int))
                 out.append(self.new("opaque", operands, local, attrs, ins, loc, fop))
                 continue
             key = (value, local.dims)
@@ -1009,7 +1000,7 @@ class _Lowering:
 
     def record_out_shardings(self, ins: _Instr, vals: list[_Value]) -> None:
         axes_per_value = self._sdy_attr(ins, "xla.sdy.out_shardings")
-        globals_ = _shape_leaves(ins.shape)
+        globals_ = _leaves(ins.shape, _Array)
         if len(globals_) != len(vals):
             return
         for j, (value, glob) in enumerate(zip(vals, globals_, strict=True)):

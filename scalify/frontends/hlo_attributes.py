@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from typing import Any, TypeVar
 
 from scalify.frames import pick_location
 from scalify.ir import Node, SourceLoc, TileSharding
@@ -18,6 +18,8 @@ from .hlo_syntax import (
 
 # --------------------------------------------------------------------------------------------
 # Attribute parsers (small and dedicated, on raw attribute text)
+
+T = TypeVar("T")
 
 _COMMENT_RE = re.compile(r"/\*.*?\*/")
 _INT_RE = re.compile(r"-?\d+")
@@ -186,7 +188,7 @@ def _hlo_sharding(raw: str, shape: _Shape) -> list[TileSharding | None]:
     as many trailing dims; `{replicated}` -> all ones. Maximal/manual/unknown give None. A tuple
     sharding lists the leaves' shardings in order.
     """
-    leaves = _shape_leaves(shape)
+    leaves = _leaves(shape, _Array)
     text = _COMMENT_RE.sub("", raw).strip()
     if text.startswith("{"):
         text = text[1:-1].strip()
@@ -556,10 +558,8 @@ def _close(a: float, b: float) -> bool:
     return a == b or (math.isfinite(a) and math.isclose(a, b, rel_tol=1e-6))
 
 
-def _shape_leaves(shape: _Shape) -> list[_Array]:
-    if isinstance(shape, _Array):
-        return [shape]
-    out: list[_Array] = []
-    for s in shape:
-        out.extend(_shape_leaves(s))
-    return out
+def _leaves(tree: Any, leaf: type[T]) -> list[T]:
+    """The leaves of a nested tuple in order: a tuple shape's arrays, a tuple value's ids."""
+    if isinstance(tree, leaf):
+        return [tree]
+    return [x for part in tree for x in _leaves(part, leaf)]

@@ -19,23 +19,14 @@ def save_tiny_llama(folder: Path) -> Path:
 
 def save_tiny_mixtral(folder: Path, kv_heads: int = 2) -> Path:
     """A random 1-layer Mixtral of width 64 with 4 experts, 2 per token, saved at `folder`."""
-    from transformers import MixtralConfig, MixtralForCausalLM
-
-    config = MixtralConfig(
-        hidden_size=64,
-        intermediate_size=128,
+    return save_tiny(
+        folder,
+        "Mixtral",
         num_hidden_layers=1,
-        num_attention_heads=4,
         num_key_value_heads=kv_heads,
-        vocab_size=VOCAB,
-        max_position_embeddings=64,
         num_local_experts=4,
         num_experts_per_tok=2,
-        tie_word_embeddings=False,
     )
-    torch.manual_seed(0)
-    MixtralForCausalLM(config).save_pretrained(folder)
-    return folder
 
 
 # Decoder families of transformers with their own TP plans, each with what sets it apart
@@ -148,21 +139,28 @@ MOE_ARCHITECTURES: dict[str, dict[str, Any]] = {
 }
 
 
-def save_tiny(folder: Path, architecture: str) -> Path:
-    """A random 2-layer `architecture`ForCausalLM of width 64 saved at `folder`."""
+# What every tiny checkpoint shares; a family's own fields and the caller's override it
+TINY: dict[str, Any] = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": VOCAB,
+    "max_position_embeddings": 64,
+    "tie_word_embeddings": False,
+}
+
+
+def save_tiny(folder: Path, architecture: str, **fields: Any) -> Path:
+    """A random 2-layer `architecture`ForCausalLM of width 64 saved at `folder`; `fields`
+    override its config's (the family's own included)."""
     import transformers
 
-    config = getattr(transformers, f"{architecture}Config")(
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=VOCAB,
-        max_position_embeddings=64,
-        tie_word_embeddings=False,
-        **{**ARCHITECTURES, **MOE_ARCHITECTURES, **SPLIT_HEAD_ARCHITECTURES}.get(architecture, {}),
+    family = {**ARCHITECTURES, **MOE_ARCHITECTURES, **SPLIT_HEAD_ARCHITECTURES}.get(
+        architecture, {}
     )
+    config = getattr(transformers, f"{architecture}Config")(**{**TINY, **family, **fields})
     torch.manual_seed(0)
     getattr(transformers, model_class(architecture))(config).save_pretrained(folder)
     return folder
