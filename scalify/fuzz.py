@@ -61,9 +61,8 @@ class RuleReport:
     unsound: list[str] = field(default_factory=list)
 
 
-class InstanceBuilder:
-    """Builds both graphs node by node; the distributed side gets local shapes. What each op's
-    fuzz generator (`OpSpec.generate`) builds its random instance with."""
+class _Builder:
+    """Builds both graphs node by node; the distributed side gets local shapes."""
 
     def __init__(self, rng: np.random.Generator, mesh: Mesh) -> None:
         self.rng = rng
@@ -270,7 +269,7 @@ def generate(
     if spec is None or spec.generate is None:
         raise NotSimulable(f"no instance generator for `{op}`")
     mesh = Mesh(MESHES[int(rng.integers(len(MESHES)))])
-    b = InstanceBuilder(rng, mesh)
+    b = _Builder(rng, mesh)
     b.hints = list(hints or [])
     b.values = values
     out = spec.generate(b)
