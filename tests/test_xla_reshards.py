@@ -56,23 +56,21 @@ def test_deepseek_spellings_are_proved(programs, name):
     assert (code, report["verdict"]) == (0, "equivalent"), report["suspects"]
 
 
-@pytest.mark.parametrize("offset", ["{8}", "{12}"])
-def test_a_part_written_at_another_offset_is_not_proved(programs, offset, tmp_path):
-    """The rope part written over the end of the other part (it still fits in the head)."""
-    text = (programs / "parts_written.hlo").read_text()
-    assert text.count("constant({16})") == 1
+@pytest.mark.parametrize(
+    "name, right, wrong",
+    [
+        # the rope part written over the end of the other part (it still fits in the head)
+        ("parts_written", "constant({16})", "constant({8})"),
+        ("parts_written", "constant({16})", "constant({12})"),
+        # each device's float count shifted by a step other than its block's size
+        ("float_positions", "s32[] constant(32)", "s32[] constant(16)"),
+        ("float_positions", "s32[] constant(32)", "s32[] constant(33)"),
+    ],
+)
+def test_a_part_or_a_count_at_another_offset_is_not_proved(programs, name, right, wrong, tmp_path):
+    text = (programs / f"{name}.hlo").read_text()
+    assert text.count(right) == 1
     broken = tmp_path / "broken.hlo"
-    broken.write_text(text.replace("constant({16})", f"constant({offset})"))
-    code, report = verify_json(programs / "parts_written_baseline.hlo", broken, "--mesh", MESH)
-    assert code == 1 and report["verdict"] == "not_equivalent", report["verdict"]
-
-
-@pytest.mark.parametrize("step", ["16", "33"])
-def test_positions_counted_from_another_offset_are_not_proved(programs, step, tmp_path):
-    """Each device's float count shifted by a step other than its block's size."""
-    text = (programs / "float_positions.hlo").read_text()
-    assert text.count("s32[] constant(32)") == 1
-    broken = tmp_path / "broken.hlo"
-    broken.write_text(text.replace("s32[] constant(32)", f"s32[] constant({step})"))
-    code, report = verify_json(programs / "float_positions_baseline.hlo", broken, "--mesh", MESH)
+    broken.write_text(text.replace(right, wrong))
+    code, report = verify_json(programs / f"{name}_baseline.hlo", broken, "--mesh", MESH)
     assert code == 1 and report["verdict"] == "not_equivalent", report["verdict"]

@@ -124,15 +124,9 @@ def test_vocab_offsets_counted_over_the_axes_in_the_wrong_order_are_caught(tmp_p
     """fsdp 2 x tp 2 x sp 2: each device's offset into the vocab is 64 * (2 c_fsdp + c_sp),
     a table over the device id. Counted with sp the more significant axis (each device then
     looks up another device's block of the table) the lookup is wrong, and caught there."""
-    text = gzip.decompress((HERE / "fsdp2_tp2_sp2_dist.hlo.gz").read_bytes()).decode()
     right = "constant({0, 64, 0, 64, 128, 192, 128, 192})"
-    assert text.count(right) == 1
-    broken = tmp_path / "dist.hlo"
-    broken.write_text(text.replace(right, "constant({0, 128, 0, 128, 64, 192, 64, 192})"))
-    mesh = CASES["fsdp2_tp2_sp2"]
-    report = verify_files(
-        str(HERE / "fsdp2_tp2_sp2_baseline.hlo.gz"), str(broken), RULES, mesh=mesh
-    )
+    wrong = "constant({0, 128, 0, 128, 64, 192, 64, 192})"
+    report = _verify_edited("fsdp2_tp2_sp2", right, wrong, tmp_path)
     assert report.verdict == "not_equivalent"
     first = report.suspects[0]
     assert first.file.startswith("easydel/layers/embeddings/"), (first.file, first.reason)
@@ -175,14 +169,20 @@ def test_a_layernorm_scale_cut_on_the_wrong_axis_is_caught(tmp_path):
     """Phi's LayerNorm scale, replicated, cut per device by an offset table that follows sp
     instead of tp: caught at the norm's line, whose two broadcast factors carry different
     layouts."""
-    text = gzip.decompress((HERE / "phi_fsdp2_tp2_sp2_mask_dist.hlo.gz").read_bytes()).decode()
     right = "u32[8]{0} constant({0, 0, 1, 1, 0, 0, 1, 1})"
-    assert text.count(right) == 1
-    broken = tmp_path / "dist.hlo"
-    broken.write_text(text.replace(right, "u32[8]{0} constant({0, 1, 0, 1, 0, 1, 0, 1})"))
-    mesh = CASES["phi_fsdp2_tp2_sp2_mask"]
-    baseline = str(HERE / "phi_fsdp2_tp2_sp2_mask_baseline.hlo.gz")
-    report = verify_files(baseline, str(broken), RULES, mesh=mesh)
+    wrong = "u32[8]{0} constant({0, 1, 0, 1, 0, 1, 0, 1})"
+    report = _verify_edited("phi_fsdp2_tp2_sp2_mask", right, wrong, tmp_path)
     assert report.verdict == "not_equivalent"
     first = report.suspects[0]
     assert (first.file, first.line) == ("easydel/layers/norms/_norms.py", 708), first.reason
+
+
+def _verify_edited(case: str, right: str, wrong: str, tmp_path):
+    """The stored pair `case` verified with the one occurrence of `right` in its partitioned
+    module replaced by `wrong`."""
+    text = gzip.decompress((HERE / f"{case}_dist.hlo.gz").read_bytes()).decode()
+    assert text.count(right) == 1
+    broken = tmp_path / "dist.hlo"
+    broken.write_text(text.replace(right, wrong))
+    baseline = str(HERE / f"{case}_baseline.hlo.gz")
+    return verify_files(baseline, str(broken), RULES, mesh=CASES[case])
