@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .canonicalize import _decompose_reshape
-from .engine.encode import UNIT_TWINS
+from .engine.encode import SIZED_FORMS, UNIT_TWINS
 from .ir import Graph, Node, place_after
 from .ops import ELEMENTWISE
 
@@ -68,9 +68,12 @@ def with_paired_broadcast_forms(graph: Graph) -> Graph:
     keys' test broadcast along the queries with the queries' test broadcast along the keys,
     and on a sequence shard the queries' dim is the device's block, the keys' dim whole.
     Both readings go into the e-graph (of both programs: the baseline's must meet the
-    distributed one's), and the layout that holds picks one."""
+    distributed one's), and the layout that holds picks one: in the form where one
+    broadcast drops its sizes, the others are copies that keep theirs (the encoder's own
+    choice for the op may be the other way round)."""
     copy = replace(graph, nodes=dict(graph.nodes), equalities=list(graph.equalities), derived={})
     twins: dict[int, int] = dict(graph.derived.get(UNIT_TWINS, {}))
+    sized: set[int] = set(graph.derived.get(SIZED_FORMS, ()))
     next_id = max(copy.nodes, default=-1) + 1
     placed: dict[int, list[int]] = {}
     for node in list(graph.nodes.values()):
@@ -84,12 +87,33 @@ def with_paired_broadcast_forms(graph: Graph) -> Graph:
             source = graph.node(node.operands[k])
             form = replace(source, id=next_id, name=f"{source.name}.free")
             copy.nodes[form.id] = form
-            added += [form.id, _twin(copy, twins, node, k, form.id, next_id + 1, "free")]
-            next_id += 2
+            added.append(form.id)
+            next_id += 1
+            anchors = {}
+            for j in spread:
+                if j != k:
+                    other = graph.node(node.operands[j])
+                    anchors[j] = replace(other, id=next_id, name=f"{other.name}.sized")
+                    copy.nodes[next_id] = anchors[j]
+                    sized.add(next_id)
+                    added.append(next_id)
+                    next_id += 1
+            twin = _twin(copy, twins, node, k, form.id, next_id, "free")
+            copy.nodes[twin] = replace(
+                copy.nodes[twin],
+                operands=tuple(
+                    anchors[j].id if j in anchors else o
+                    for j, o in enumerate(copy.nodes[twin].operands)
+                ),
+            )
+            added.append(twin)
+            next_id += 1
         placed[node.id] = added
     place_after(copy, placed)
     if twins:
         copy.derived[UNIT_TWINS] = twins
+    if sized:
+        copy.derived[SIZED_FORMS] = frozenset(sized)
     return copy
 
 

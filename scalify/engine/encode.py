@@ -25,6 +25,8 @@ from .signature import node_signature
 # where unit_broadcasts.py leaves, in graph.derived, each twin it adds and the broadcast form
 # that twin reads
 UNIT_TWINS = "unit_twins"
+# copies of broadcasts that keep their sizes whatever their users (a twin's anchor)
+SIZED_FORMS = "sized_forms"
 
 
 def egg_string(text: str) -> str:
@@ -68,10 +70,12 @@ def _free_broadcasts(graph: Graph, twins: frozenset[int]) -> set[int]:
             same[member] = group
             users[member] = sorted({u for m in group for u in users.get(m, [])})
     outputs = set(graph.outputs)
+    sized = graph.derived.get(SIZED_FORMS, frozenset())
     free = {
         n.id
         for n in graph.nodes.values()
         if n.op == "broadcast"
+        and n.id not in sized
         and not (same[n.id] & outputs)
         and users[n.id]
         and all(_sized_by_user(graph.node(u), n) for u in users[n.id])

@@ -1,7 +1,8 @@
 """EasyDeL's Llama (a JAX LLM library from the package index), sharded by its own partition
 rules and partitioned by XLA's SPMD partitioner: the per-device program proved equivalent to
 the global one at tensor 2 and 4 and on meshes of up to three axes (and Qwen3, Gemma2,
-Mistral, Phi, Phi-3 and Cohere2 on three), and an all-reduce taken out of the partitioned
+Mistral, Phi, Phi-3, Cohere2 and DeepSeek-V2 on
+three), and an all-reduce taken out of the partitioned
 program caught. The programs are the `easydel/*.hlo.gz` pairs that `easydel/export.py`
 dumps (EasyDeL needs a venv of its own; see there): the default forward, whose positions
 come from a scan that stacks its outputs with a dynamic-update-slice, and one given a mask
@@ -64,6 +65,13 @@ CASES = {  # the stored pair -> EasyDeL's mesh (dp, fsdp, ep, tp, sp)
     # Phi's LayerNorm on activations split over tp along the hidden dim: `rsqrt` times the
     # scale, both broadcast, sized only by the centred input they multiply
     "phi_fsdp2_tp2_sp2_mask": "dp=1,fsdp=2,ep=1,tp=2,sp=2",
+    # DeepSeek-V2's latent attention (`--config '{"first_k_dense_replace": 2}'`: its dense
+    # layers; the MoE ones dispatch with ragged-all-to-all): the latent `[kv | rope]`
+    # product cut where no device's block ends (windows handed over, a span of two blocks),
+    # each head written into zeros part by part, YaRN's float position counts, the RoPE
+    # table resharded from columns to rows by all-to-all, and a causal mask whose two
+    # broadcast counts meet only each other
+    "deepseekv2_fsdp2_tp2_sp2_mask": "dp=1,fsdp=2,ep=1,tp=2,sp=2",
     # Cohere2's interleaved RoPE: cos and sin broadcast across each device's heads, then
     # stacked with a unit dim (its moved form broadcasts to the stacked shape directly)
     "cohere2_fsdp2_tp2_sp2_mask": "dp=1,fsdp=2,ep=1,tp=2,sp=2",
@@ -186,3 +194,26 @@ def _verify_edited(case: str, right: str, wrong: str, tmp_path):
     broken.write_text(text.replace(right, wrong))
     baseline = str(HERE / f"{case}_baseline.hlo.gz")
     return verify_files(baseline, str(broken), RULES, mesh=CASES[case])
+
+
+@pytest.mark.parametrize(
+    "right, wrong, line",
+    [
+        # the rope part of each key written at another offset of the head
+        ("s32[1]{0} constant({128})", "s32[1]{0} constant({96})", 1384),
+        # the latent product's window handed the other way between the tp devices
+        (
+            "collective-permute(%slice.24), channel_id=23, source_target_pairs={{0,2},{1,3},"
+            "{4,6},{5,7}}",
+            "collective-permute(%slice.24), channel_id=23, source_target_pairs={{2,0},{3,1},"
+            "{6,4},{7,5}}",
+            1233,
+        ),
+    ],
+    ids=["rope_part_offset", "window_reversed"],
+)
+def test_a_wrong_write_or_window_of_deepseek_attention_is_caught(tmp_path, right, wrong, line):
+    report = _verify_edited("deepseekv2_fsdp2_tp2_sp2_mask", right, wrong, tmp_path)
+    assert report.verdict == "not_equivalent"
+    first = report.suspects[0]
+    assert (first.file, first.line) == ("easydel/layers/attention/_unified.py", line), first.reason
