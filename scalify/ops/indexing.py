@@ -185,18 +185,20 @@ def _device_coordinate(b, stride: int, n: int) -> int:
     return device_coordinate(b.dist_only, b.maybe_wrong(n), stride, "s32")
 
 
-def _group_slice(b, n: int, stride: int, q: int) -> int:
+def _group_slice(b, n: int, stride: int, q: int, unit: bool = False) -> int:
     """Block `(r // q)` of k entries of a replicated x, each of its n / q blocks taken by q
-    neighbouring devices; stride, count and block size right most of the time."""
+    neighbouring devices; stride, count and block size right most of the time. `unit`: one
+    entry a device, at the group's coordinate itself (one KV head a device)."""
     rank = int(b.rng.integers(1, 3))
     shape = [b.size() for _ in range(rank)]
     d = int(b.rng.integers(rank))
-    k = b.size()
+    k = 1 if unit else b.size()
     shape[d] = n // q * k
     x = b.input(tuple(shape), "f32", ())
-    c = _device_coordinate(b, stride * q, n // q)
-    step = b.dist_only("constant", (), (), "s32", {"value": str(b.maybe_wrong(k))})
-    offset = b.dist_only("mul", (c, step), (), "s32", {})
+    offset = c = _device_coordinate(b, stride * q, n // q)
+    if not unit:
+        step = b.dist_only("constant", (), (), "s32", {"value": str(b.maybe_wrong(k))})
+        offset = b.dist_only("mul", (c, step), (), "s32", {})
     size = list(shape)
     size[d] = k
     out = b.dist_only(
@@ -370,8 +372,9 @@ def device_slice(b) -> int:
     d = int(b.rng.integers(rank))
     unit_slices = b.rng.random() < 0.3  # one entry per device: the offset is the coordinate
     groups = [q for q in range(2, n + 1) if n % q == 0]
-    if not unit_slices and groups and b.rng.random() < 0.3:
-        return _group_slice(b, n, stride, groups[int(b.rng.integers(len(groups)))])
+    if groups and b.rng.random() < 0.3:
+        q = groups[int(b.rng.integers(len(groups)))]
+        return _group_slice(b, n, stride, q, unit=unit_slices)
     shape[d] = n * (
         int(b.rng.integers(1, 3)) if unit_slices else b.unit * int(b.rng.integers(1, 3))
     )

@@ -88,15 +88,17 @@ def _export(dims: tuple[int, ...], mask: bool, family: str, fields: dict) -> Non
     # ejkernel turns on the persistent compilation cache: a cached program is not compiled
     # again, and so not dumped
     jax.config.update("jax_enable_compilation_cache", False)
+    tiny = {  # `--config` may change any of these (KV heads fewer than tp, ...)
+        "vocab_size": 256,
+        "hidden_size": 128,
+        "intermediate_size": 256,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 4,
+        "max_position_embeddings": 64,
+    }
     config = getattr(ed, f"{family}Config")(
-        **fields,
-        vocab_size=256,
-        hidden_size=128,
-        intermediate_size=256,
-        num_hidden_layers=2,
-        num_attention_heads=8,
-        num_key_value_heads=4,
-        max_position_embeddings=64,
+        **{**tiny, **fields},
         sharding_axis_dims=dims,
         sharding_axis_names=("dp", "fsdp", "ep", "tp", "sp"),
         attn_mechanism="vanilla",
