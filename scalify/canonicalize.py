@@ -7,6 +7,7 @@ noise. Every rewrite is an identity, so the graph's meaning is unchanged.
 
 from __future__ import annotations
 
+import itertools
 import math
 
 from .all_to_all import fold_tiled_all_to_all
@@ -414,39 +415,43 @@ def _only_adds_unit_dims(node: Node, operand: Node) -> bool:
     return list(dims) == sorted(dims) and kept and all(node.shape[d] == 1 for d in new)
 
 
-def _squeezed_alternative(node: Node, operand: Node, next_id: int) -> list[Node]:
-    """The same broadcast with the operand's size-1 dims dropped first (a reshape) and
-    broadcast along new dims instead. Both forms go into the e-graph as equal: `x[None]`
-    broadcasts one way, a tensor whose sharded dim has one element per device the other, and
-    only one of them matches the other graph."""
+# A broadcast whose operand has this many size-1 dims or fewer is read with each set of them
+# dropped; with more, with all of them dropped only.
+MAX_SQUEEZED_UNITS = 3
+
+
+def _squeezed_alternatives(node: Node, operand: Node, next_id: int) -> list[list[Node]]:
+    """The same broadcast with some of the operand's size-1 dims dropped first (a reshape)
+    and broadcast along new dims instead, one form per set of them (all of them first).
+    The forms go into the e-graph as equal: `x[None]` broadcasts one way, a tensor whose
+    sharded dim has one element per device the other, and only one of them matches the
+    other graph; a mask `[b, 1, s, s]` with one row of the batch a device (fsdp) keeps its
+    batch dim and drops the other."""
     unit = [i for i, size in enumerate(operand.shape) if size == 1]
     if not unit:
         return []
-    kept = tuple(size for size in operand.shape if size != 1)
-    squeeze = Node(
-        next_id,
-        "reshape",
-        (operand.id,),
-        kept,
-        operand.dtype,
-        {},
-        node.loc,
-        f"{node.name}.squeeze",
-        node.framework_op,
-    )
-    dims = tuple(d for i, d in enumerate(node.attrs["dims"]) if i not in unit)
-    broadcast = Node(
-        next_id + 1,
-        "broadcast",
-        (squeeze.id,),
-        node.shape,
-        node.dtype,
-        {**node.attrs, "dims": dims},
-        node.loc,
-        f"{node.name}.alt",
-        node.framework_op,
-    )
-    return [squeeze, broadcast]
+    chosen = [tuple(unit)]
+    if len(unit) <= MAX_SQUEEZED_UNITS:
+        chosen += [
+            tuple(c) for r in range(1, len(unit)) for c in itertools.combinations(unit, r)
+        ]
+    forms = []
+    for k, dropped in enumerate(chosen):
+        suffix = "" if k == 0 else f"{k}"
+        at = next_id + 2 * k
+        kept = tuple(size for i, size in enumerate(operand.shape) if i not in dropped)
+        squeeze = Node(
+            at, "reshape", (operand.id,), kept, operand.dtype, {}, node.loc,
+            f"{node.name}.squeeze{suffix}", node.framework_op,
+        )  # fmt: skip
+        dims = tuple(d for i, d in enumerate(node.attrs["dims"]) if i not in dropped)
+        broadcast = Node(
+            at + 1, "broadcast", (squeeze.id,), node.shape, node.dtype,
+            {**node.attrs, "dims": dims}, node.loc, f"{node.name}.alt{suffix}",
+            node.framework_op,
+        )  # fmt: skip
+        forms.append([squeeze, broadcast])
+    return forms
 
 
 def _with_equals(nodes: dict[int, Node], live: set[int], equalities) -> set[int]:
@@ -583,11 +588,10 @@ def _fold(graph: Graph) -> Graph:
             and operand is not None
             and not is_identity(node, operand)
         ):
-            alternative = _squeezed_alternative(node, operand, next_id)
-            next_id += len(alternative)
-            for extra in alternative:
-                add(extra)
-            if alternative:
+            for alternative in _squeezed_alternatives(node, operand, next_id):
+                next_id += len(alternative)
+                for extra in alternative:
+                    add(extra)
                 graph.equalities.append(
                     (node.id, alias.get(alternative[-1].id, alternative[-1].id))
                 )

@@ -8,7 +8,6 @@ name, so reasoning never expands per rank.
 from __future__ import annotations
 
 import itertools
-import math
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -33,16 +32,29 @@ class Mesh:
         return tuple(name for name, _ in self.axes)
 
     def axis_size(self, name: str) -> int:
-        """The size of an axis, or of several comma-joined (their product)."""
+        """The size of an axis, or of several comma-joined (their product). A sub-axis
+        `a/q` (the groups of q neighbours along a) has size(a) / q, `a%q` (a device's
+        place in its group) q."""
         sizes = dict(self.axes)
-        return math.prod(sizes[part] for part in name.split(","))
+        total = 1
+        for part in name.split(","):
+            axis, op, q = _sub_axis(part)
+            n = sizes[axis]
+            total *= n if op is None else (n // q if op == "/" else q)
+        return total
 
     def coordinate(self, device: int, name: str) -> int:
         """The device's coordinate on an axis, or on several comma-joined as one (the first
         the most significant, as collectives over them order their devices)."""
         coords, value = self.coords(device), 0
         for part in name.split(","):
-            value = value * self.axis_size(part) + coords[part]
+            axis, op, q = _sub_axis(part)
+            c = (
+                coords[axis]
+                if op is None
+                else (coords[axis] // q if op == "/" else coords[axis] % q)
+            )
+            value = value * self.axis_size(part) + c
         return value
 
     def __str__(self) -> str:
@@ -129,6 +141,21 @@ def _resolve(mesh: Mesh, groups, ordered: bool) -> str | None:
         if have == wanted or (not every and wanted <= have):
             return ",".join(combo)
     return None
+
+
+def sub_axes(axis: str, q: int) -> tuple[str, str]:
+    """The two sub-axes that cut `axis` into groups of q neighbouring devices: which group
+    (`axis/q`, the more significant) and where in it (`axis%q`)."""
+    return f"{axis}/{q}", f"{axis}%{q}"
+
+
+def _sub_axis(name: str) -> tuple[str, str | None, int]:
+    """(axis, "/" or "%" or None, q) for an axis name, a sub-axis name among them."""
+    for op in ("/", "%"):
+        if op in name:
+            axis, q = name.split(op)
+            return axis, op, int(q)
+    return name, None, 0
 
 
 def parse_mesh(text: str) -> Mesh:

@@ -14,6 +14,7 @@ is written out.
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from .canonicalize import _decompose_reshape
@@ -170,12 +171,28 @@ def _candidate(node: Node) -> bool:
 
 def _squeeze(graph: Graph, node: Node, next_id: int) -> tuple[list[int], int]:
     """`node` with its size-1 dims dropped, as the canonical merge steps; returns their ids
-    in order and the next free id."""
+    in order and the next free id. The steps start from the value that `node` only adds or
+    drops size-1 dims of, if it is such a view (a mask `[b, 1, s, s]` viewed as
+    `[b, 1, 1, s, s]`): the squeezed values of both are then one term."""
     kept = tuple(size for size in node.shape if size != 1)
+    source = node
+    while _only_moves_unit_dims(graph, source):
+        source = graph.node(source.operands[0])
     reshape = Node(
-        next_id, "reshape", (node.id,), kept, node.dtype, {}, node.loc, f"{node.name}.squeezed"
+        next_id, "reshape", (source.id,), kept, node.dtype, {}, node.loc, f"{node.name}.squeezed"
     )
-    steps = _decompose_reshape(reshape, node, next_id + 1)
+    steps = _decompose_reshape(reshape, source, next_id + 1)
     for step in steps:
         graph.nodes[step.id] = step
     return [s.id for s in steps], max(next_id + 1, *(s.id + 1 for s in steps))
+
+
+def _only_moves_unit_dims(graph: Graph, node: Node) -> bool:
+    """A view (a reshape step, or a broadcast that stretches nothing) whose operand has the
+    same dims of more than one entry, in the same order."""
+    if node.op not in ("split", "merge", "broadcast") or len(node.operands) != 1:
+        return False
+    operand = graph.node(node.operands[0])
+    if node.op == "broadcast" and math.prod(node.shape) != math.prod(operand.shape):
+        return False
+    return [n for n in node.shape if n != 1] == [n for n in operand.shape if n != 1]

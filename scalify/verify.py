@@ -31,6 +31,7 @@ from .engine.frontier import (
     with_off_axis_collectives,
 )
 from .engine.scaling import scaled_outputs, scaling_facts, scaling_rules
+from .engine.sub_axes import sub_axis_facts, with_sub_view_forms
 from .engine.view_parting import with_view_partings
 from .errors import ScalifyError
 from .fill_outputs import fill_fits
@@ -334,9 +335,11 @@ def prove(
     dist = with_slice_alternatives(alternative_forms(dist), baseline=False, parts=parts)
     base = with_paired_broadcast_forms(base)
     dist = with_paired_broadcast_forms(with_unit_broadcast_forms(dist))
+    dist = with_sub_view_forms(dist, base, mesh)
     commands += GraphEncoder(base, "b", mesh, signatures).commands()
     commands += GraphEncoder(dist, "d", mesh, signatures).commands()
     commands += signature_facts(signatures)
+    commands += sub_axis_facts(base, dist, mesh)
     commands += [
         f"(union {node_ref('d', r.dist_id)} "
         f"{layout_term(node_ref('b', r.base_id), r.layout, base.node(r.base_id).shape)})"

@@ -54,6 +54,13 @@ CASES = {  # the stored pair -> EasyDeL's mesh (dp, fsdp, ep, tp, sp)
     # the same over dp: the offset is a table indexed by another table of the device id
     "dp2_tp2_sp2": "dp=2,fsdp=1,ep=1,tp=2,sp=2",
     "dp2_tp2_sp2_mask": "dp=2,fsdp=1,ep=1,tp=2,sp=2",
+    # fewer KV heads than tensor devices (`--config '{"num_key_value_heads": 2}'`): each KV
+    # head held by a group of tp / 2 devices (a table over the device id picks the group's
+    # head), the query heads grouped by KV head split over the two sub-axes of tp (which
+    # group, where in it); at tp 8 one query head a device
+    "kv2_tp4_mask": "dp=1,fsdp=1,ep=1,tp=4,sp=1",
+    "kv2_tp8_mask": "dp=1,fsdp=1,ep=1,tp=8,sp=1",
+    "kv2_fsdp2_tp4_mask": "dp=1,fsdp=2,ep=1,tp=4,sp=1",
     # other families on three axes (`export.py --family`): Qwen3's RMSNorm on each head's q
     # and k, Gemma2's logit soft-capping, sandwich norms and scaled embedding, Mistral
     "qwen3_fsdp2_tp2_sp2_mask": "dp=1,fsdp=2,ep=1,tp=2,sp=2",
@@ -217,3 +224,20 @@ def test_a_wrong_write_or_window_of_deepseek_attention_is_caught(tmp_path, right
     assert report.verdict == "not_equivalent"
     first = report.suspects[0]
     assert (first.file, first.line) == ("easydel/layers/attention/_unified.py", line), first.reason
+
+
+@pytest.mark.parametrize("case", ["kv2_tp4_mask", "kv2_tp8_mask"])
+def test_a_kv_head_read_by_the_wrong_group_is_caught(tmp_path, case):
+    """The table that gives each device its group's KV head counted by the device's place
+    in its group instead (r % g for r // g): caught in the attention that reads it."""
+    right, wrong = {
+        "kv2_tp4_mask": ("constant({0, 0, 1, 1})", "constant({0, 1, 0, 1})"),
+        "kv2_tp8_mask": (
+            "constant({0, 0, 0, 0, 1, 1, 1, 1})",
+            "constant({0, 1, 0, 1, 0, 1, 0, 1})",
+        ),
+    }[case]
+    report = _verify_edited(case, right, wrong, tmp_path)
+    assert report.verdict == "not_equivalent"
+    first = report.suspects[0]
+    assert first.file == "ejkernel/kernels/_xla/attention/_xla_impl_fwd.py", first.reason

@@ -1,0 +1,163 @@
+"""Sub-axes: a mesh axis cut into groups of q neighbouring devices, named for the rules.
+
+With fewer KV heads than tensor devices, each KV head is held by a group of q devices and
+each device holds q_per_kv / q of that head's query heads. A program that groups the query
+heads by KV head (`q.reshape(b, s, kv, q_per_kv, d)`, as EasyDeL's attention does) then
+splits each device's block of heads into a unit KV dim and its share of the group:
+`[2] -> [1, 2]` on a device where the baseline cuts `[8] -> [2, 4]`. That device block is
+no block of the baseline's split over the whole axis, but it is one over two sub-axes: the
+KV dim over `tp/q` (which group) and the group's dim over `tp%q` (where in the group).
+
+The facts here declare those sub-axes (sizes, strides, which axes they are disjoint from)
+only where a pair of views needs them: a distributed split whose outer dim is one entry
+(or a merge of such a dim) and a baseline split (merge) of the same dim whose inner size is
+q times the distributed one's, q a proper divisor of an axis's size. The prelude's
+`split-over-sub-axes` and `merge-over-sub-axes` rules read them; `docs/explanation/
+design.md` has the argument that each is exact.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from scalify.ir import Graph, Node, place_after
+from scalify.mesh import Mesh, sub_axes
+
+from .encode import egg_string, node_ref
+from .signature import node_signature
+
+VIEWS = ("split", "merge")
+
+
+def sub_axis_facts(base: Graph, dist: Graph, mesh: Mesh) -> list[str]:
+    """The facts for every pairing of a distributed view with a unit dim and a baseline
+    view of the same dim that it is a block of over two sub-axes; none when no pair."""
+    facts: list[str] = []
+    declared: set[tuple[str, int]] = set()
+    base_views = [n for n in base.nodes.values() if n.op in VIEWS]
+    for node in dist.nodes.values():
+        k = _unit_view_inner(node, dist)
+        if k is None:
+            continue
+        dim = node.attrs["dim"]
+        dist_key = node_signature(node, dist, mesh).key
+        unit = node.id if node.op == "split" else node.operands[0]  # the side whose dim is 1
+        facts.append(f"(UnitAt {node_ref('d', unit)} {dim})")
+        for twin in base_views:
+            if twin.op != node.op or twin.attrs["dim"] != dim:
+                continue
+            if len(base.node(twin.operands[0]).shape) != len(dist.node(node.operands[0]).shape):
+                continue
+            m = twin.attrs["inner"]
+            if m <= k or m % k:
+                continue
+            q = m // k
+            whole = _viewed_size(twin, base)
+            for axis, n in mesh.axes:
+                # the device's k entries are its block of the baseline's dim over the axis
+                if q < n and n % q == 0 and whole == k * n:
+                    outer, inner = sub_axes(axis, q)
+                    base_key = node_signature(twin, base, mesh).key
+                    facts.append(
+                        f"(SubView {egg_string(dist_key)} {egg_string(base_key)} "
+                        f"{egg_string(outer)} {egg_string(inner)})"
+                    )
+                    declared.add((axis, q))
+    return _declarations(declared, mesh) + facts if declared else []
+
+
+def with_sub_view_forms(dist: Graph, base: Graph, mesh: Mesh) -> Graph:
+    """`dist` with an equal form `split[dim=d, inner=k](x)` beside each view that inserts a
+    unit dim before dim d of x (k its size), where the baseline splits dim d with an inner
+    size q * k for a proper divisor q of an axis's size: canonicalisation reads the
+    insertion as a split of whichever dim it chose (one query head a device,
+    `[b, s, 1, d] -> [b, s, 1, 1, d]`, is read as a split of d), and the rules need the
+    split of the heads."""
+    inners = {(n.attrs["dim"], n.attrs["inner"]) for n in base.nodes.values() if n.op == "split"}
+    sizes = {n for _, n in mesh.axes}
+    forms: list[tuple[int, Node]] = []
+    next_id = max(dist.nodes, default=-1) + 1
+    for node in dist.nodes.values():
+        if len(node.operands) != 1 or node.op not in ("split", "broadcast"):
+            continue
+        x = dist.node(node.operands[0])
+        for d in range(len(x.shape)):
+            k = x.shape[d]
+            if node.shape != x.shape[:d] + (1,) + x.shape[d:] or (node.op, node.attrs) == (
+                "split",
+                {"dim": d, "inner": k},
+            ):
+                continue
+            if not any(
+                dim == d and m > k and m % k == 0 and any(n % (m // k) == 0 for n in sizes)
+                for dim, m in inners
+            ):
+                continue
+            attrs = {"dim": d, "inner": k}
+            forms.append(
+                (node.id, Node(next_id, "split", (x.id,), node.shape, node.dtype, attrs,
+                               node.loc, f"{node.name}.split{d}", node.framework_op))
+            )  # fmt: skip
+            next_id += 1
+    if not forms:
+        return dist
+    copy = replace(dist, nodes=dict(dist.nodes), equalities=list(dist.equalities))
+    placed: dict[int, list[int]] = {}
+    for at, form in forms:
+        copy.nodes[form.id] = form
+        copy.equalities.append((at, form.id))
+        placed.setdefault(at, []).append(form.id)
+    place_after(copy, placed)
+    return copy
+
+
+def _viewed_size(node: Node, graph: Graph) -> int:
+    """The size of the dim a split cuts (a merge makes)."""
+    dim = node.attrs["dim"]
+    return graph.node(node.operands[0]).shape[dim] if node.op == "split" else node.shape[dim]
+
+
+def _unit_view_inner(node: Node, graph: Graph) -> int | None:
+    """The inner size of a split whose outer dim has one entry, or of a merge of a dim of
+    one entry; None for any other node."""
+    if node.op not in VIEWS:
+        return None
+    dim = node.attrs["dim"]
+    outer = node.shape[dim] if node.op == "split" else graph.node(node.operands[0]).shape[dim]
+    return node.attrs["inner"] if outer == 1 else None
+
+
+def _declarations(declared: set[tuple[str, int]], mesh: Mesh) -> list[str]:
+    """Each sub-axis pair as axes of their own: sizes, strides (a device's coordinate on
+    `a/q` is (id / (stride(a) * q)) % (n / q), on `a%q` (id / stride(a)) % q), and the axes
+    each is disjoint from (its twin, and every other mesh axis)."""
+    strides, stride = {}, 1
+    for axis, size in reversed(mesh.axes):
+        strides[axis] = stride
+        stride *= size
+    facts = []
+    for axis, q in sorted(declared):
+        outer, inner = sub_axes(axis, q)
+        n = mesh.axis_size(axis)
+        facts += [
+            f"(Axis {egg_string(outer)})",
+            f"(Axis {egg_string(inner)})",
+            f"(set (AxisSize {egg_string(outer)}) {n // q})",
+            f"(set (AxisSize {egg_string(inner)}) {q})",
+            f"(set (AxisStride {egg_string(outer)}) {strides[axis] * q})",
+            f"(set (AxisStride {egg_string(inner)}) {strides[axis]})",
+            f"(SubAxes {egg_string(axis)} {egg_string(outer)} {egg_string(inner)})",
+            f"(AxisDisjoint {egg_string(outer)} {egg_string(inner)})",
+            f"(AxisDisjoint {egg_string(inner)} {egg_string(outer)})",
+        ]
+        for other in mesh.names:
+            if other != axis:
+                facts += [
+                    f"(AxisDisjoint {egg_string(sub)} {egg_string(other)})"
+                    for sub in (outer, inner)
+                ]
+                facts += [
+                    f"(AxisDisjoint {egg_string(other)} {egg_string(sub)})"
+                    for sub in (outer, inner)
+                ]
+    return facts
