@@ -432,9 +432,7 @@ def _squeezed_alternatives(node: Node, operand: Node, next_id: int) -> list[list
         return []
     chosen = [tuple(unit)]
     if len(unit) <= MAX_SQUEEZED_UNITS:
-        chosen += [
-            tuple(c) for r in range(1, len(unit)) for c in itertools.combinations(unit, r)
-        ]
+        chosen += [tuple(c) for r in range(1, len(unit)) for c in itertools.combinations(unit, r)]
     forms = []
     for k, dropped in enumerate(chosen):
         suffix = "" if k == 0 else f"{k}"
