@@ -28,6 +28,10 @@ CASES = {
     "tensor4_one_head": ("fsdp=1,tensor=4", ["--heads", "4", "--kv-heads", "4"]),
     # 16 heads and 8 KV heads: two of each per device
     "tensor4_h16": ("fsdp=1,tensor=4", ["--heads", "16", "--kv-heads", "8"]),
+    # one KV head (multi-query) read by every device's 2 q heads (fewer KV heads than
+    # devices otherwise: the example's own KV cache spec splits the KV heads over tensor,
+    # which JAX refuses when they do not divide)
+    "tensor4_mqa": ("fsdp=1,tensor=4", ["--heads", "8", "--kv-heads", "1"]),
     # batch over fsdp, heads over tensor: the token ids move from fsdp to tensor devices by
     # a collective permute and are looked up in a vocab-parallel table whose embedding dim
     # is split over fsdp; the batch dim is one entry per device beside the model's own
