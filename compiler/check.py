@@ -200,7 +200,7 @@ class RuleChecker:
             raise self.fail(
                 _span(layout),
                 "expected a layout: replicate, invariant(a), spread(dim, a), shard(dim, a), "
-                "partial(op, a), padded(dim, m, n, zero|any) or repeated(dim, k, u)",
+                "partial(op, a), padded(dim, m, n, zero|any|lowest) or repeated(dim, k, u)",
             )
         if len(layout.args) != LAYOUTS[layout.name]:
             raise self.fail(layout.span, f"`{layout.name}` takes {LAYOUTS[layout.name]} arguments")
@@ -255,7 +255,7 @@ class RuleChecker:
             if not isinstance(layout, App) or layout.name not in VALUE_LAYOUTS:
                 raise self.fail(
                     _span(layout),
-                    "a layout before the last of a chain is `padded(d, m, n, zero|any)` "
+                    "a layout before the last of a chain is `padded(d, m, n, zero|any|lowest)` "
                     "or `repeated(d, k, u)`: a value the last layout places",
                 )
             self._check_layout(layout, info, binding)
@@ -289,11 +289,11 @@ class RuleChecker:
             self._check_dim_expr(value, info)
 
     def _content_arg(self, value: Value, info: RuleInfo, binding: bool) -> None:
-        """What a padding holds: `zero`, `any`, or a variable bound to one of them."""
-        if isinstance(value, Var) and value.name in CONSTANT_NAMES - {"zero", "any"}:
-            raise self.fail(value.span, "a padding holds `zero` or `any`")
+        """What a padding holds: `zero`, `any`, `lowest`, or a variable bound to one."""
+        if isinstance(value, Var) and value.name in CONSTANT_NAMES - {"zero", "any", "lowest"}:
+            raise self.fail(value.span, "a padding holds `zero`, `any` or `lowest`")
         if isinstance(value, App | IntLit | StrLit):
-            raise self.fail(_span(value), "a padding holds `zero` or `any`")
+            raise self.fail(_span(value), "a padding holds `zero`, `any` or `lowest`")
         self._string_arg(value, info, binding)
 
     def _string_arg(self, value: Value, info: RuleInfo, binding: bool) -> None:

@@ -73,7 +73,9 @@ RESCALED = frozenset({"rescaled_shard", "rescaled_partial"})
 PARTIAL_LIKE = frozenset({"partial", "rescaled_partial", "log_partial", "normalised_partial"})
 
 # Bare names that are constants, not variables, where a string is expected.
-CONSTANT_NAMES = frozenset({"sum", "max", "min", "prod", "float", "int", "pred", "zero", "any"})
+CONSTANT_NAMES = frozenset(
+    {"sum", "max", "min", "prod", "float", "int", "pred", "zero", "any", "lowest"}
+)
 
 # Dim functions over an op's signature: `outdim(k, d)` is where dim d of operand k lands in
 # the output (negative when consumed: -1-i for the i-th contracted pair or a reduced dim);

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -104,7 +104,8 @@ class _Builder:
         """What a device's block is cut from, for a rule over padded or repeated values: every
         size the builder draws is at most two units, so three units pads any of them."""
         if kind == "padded":
-            return (Placement("padded", "", dim=dim, size=3 * self.unit),)
+            content = "lowest" if "lowest" in self.values and self.rng.random() < 0.8 else "sum"
+            return (Placement("padded", "", dim=dim, op=content, size=3 * self.unit),)
         if kind == "repeated":
             return (Placement("repeated", "", dim=dim, size=2, unit=int(self.rng.integers(1, 3))),)
         return ()
@@ -187,6 +188,8 @@ class _Builder:
 
     def input(self, shape: tuple[int, ...], dtype: str, layout: Layout | None = None) -> int:
         layout = self.layout(len(shape)) if layout is None else layout
+        if not dtype.startswith(("f", "bf")):  # -inf is a float's lowest value alone
+            layout = tuple(replace(p, op="sum") if p.op == "lowest" else p for p in layout)
         if any(p.kind in ("padded", "repeated") for p in layout):
             try:  # a draw the relation checks would refuse
                 check_shape(layout, shape, local_shape(shape, layout, self.mesh), self.mesh, "")
@@ -315,8 +318,9 @@ def operand_hints(rule) -> list[str | None]:
 
 
 def value_kinds(rule) -> frozenset[str]:
-    """The value layouts (padded, repeated) the rule's query asks of any term."""
-    kinds = {"padded": "(Padded ", "repeated": "(Repeated "}
+    """The value layouts (padded, repeated) the rule's query asks of any term; `lowest`
+    when it asks for a padding that holds the lowest value."""
+    kinds = {"padded": "(Padded ", "repeated": "(Repeated ", "lowest": ' "lowest")'}
     return frozenset(k for k, term in kinds.items() if any(term in a for a in rule.query))
 
 

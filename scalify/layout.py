@@ -20,7 +20,8 @@ class Placement:
     # "shard" | "partial" | "rescaled" (times exp(g - f) along dims `op`) | "log" (log of
     # the value plus a shift) | "normalised" (divided by a partial sum along dims `op`) |
     # "padded" (dim `dim` padded at its end to `size`; zeros in an input, unread in an
-    # output) | "repeated" (each run of `unit` elements along `dim` repeated `size` times).
+    # output; `op` "lowest": the padding holds the lowest value, a softmax's mask) |
+    # "repeated" (each run of `unit` elements along `dim` repeated `size` times).
     # The last two have no axis: they say what value a later shard of the dim cuts.
     kind: str
     axis: str

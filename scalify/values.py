@@ -44,7 +44,9 @@ def host(value, dtype: str) -> np.ndarray:
         return array.astype(np.float64)
     if kind == "pred":
         return array.astype(bool)
-    return array.astype(np.int64)
+    with np.errstate(invalid="ignore"):  # a float's -inf or nan cast to an integer: no value
+        # the program may rely on (a masked padding cast to int is never read)
+        return array.astype(np.int64)
 
 
 REDUCERS = {

@@ -357,6 +357,22 @@ def test_padded_layout_bugs_are_caught_at_their_line(padded, bug):
     assert assert_caught_in(padded, f"tp_{bug}", bug)["counterexample"]
 
 
+def test_a_padded_vocabulary_masked_before_the_softmax_verifies(cli, tmp_path):
+    """The whole tiny model at tp 6: its vocabulary of 512 padded to 516, the LM head's
+    padded columns zero, the vocab-parallel loss masking the padded logits with -inf (the
+    prelude's mask-fills-padding) before its max, exp and sum. Left in (the bug), the
+    padded logits enter the softmax: not proved, and reported in the loss."""
+    out = export_tiny(tmp_path, 6, "full", "--bugs", "padded_logits_in_softmax")
+    code, report = verify(cli, out, "tp")
+    assert (code, report["verdict"]) == (0, "equivalent"), report["suspects"][:1]
+    fired = report["stats"]["rules_fired"]
+    for rule in ("lowest_padding_maxed", "lowest_padding_exp", "zero_padding_summed"):
+        assert fired.get(rule), (rule, fired)
+    code, report = verify(cli, out, "tp_padded_logits_in_softmax")
+    assert code == 1 and report["verdict"] != "equivalent"
+    assert report["suspects"][0]["function"] == "tp_cross_entropy", report["suspects"][0]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("config", ["8b", "70b", "405b"])
 def test_published_configs_padded_at_tp6_verify(cli, tmp_path, config):

@@ -25,6 +25,8 @@ from .signature import node_signature
 # where unit_broadcasts.py leaves, in graph.derived, each twin it adds and the broadcast form
 # that twin reads
 UNIT_TWINS = "unit_twins"
+# what a padding holds when a mask gave it the lowest value (`padded(d, m, n, lowest)`)
+LOWEST = "lowest"
 # copies of broadcasts that keep their sizes whatever their users (a twin's anchor)
 SIZED_FORMS = "sized_forms"
 
@@ -322,6 +324,9 @@ class GraphEncoder:
         for node in self.graph.nodes.values():
             result.append(f"(union {self.name(node.id)} {self.term(node)})")
             result.append(f"({tag} {self.name(node.id)} {node.id})")
+            if node.op == "iota":  # what a mask over a padded dim compares with its bound
+                dim = int(node.attrs.get("dim", 0))
+                result.append(f"(IotaAlong {self.name(node.id)} {dim} {node.shape[dim]})")
             if node.op in SIZED_OPERAND:  # what `size(X, d)` in a rule reads
                 table = self.graph.node(node.operands[0])
                 result += [
@@ -346,8 +351,9 @@ def layout_term(
         if p.kind == "shard":
             term = f"(Shard {term} {p.dim} {egg_string(p.axis)})"
         elif p.kind in ("padded", "repeated"):
+            content = LOWEST if p.op == LOWEST else padding
             term = (
-                f"(Padded {term} {p.dim} {sizes[p.dim]} {p.size} {egg_string(padding)})"
+                f"(Padded {term} {p.dim} {sizes[p.dim]} {p.size} {egg_string(content)})"
                 if p.kind == "padded"
                 else f"(Repeated {term} {p.dim} {p.size} {p.unit})"
             )

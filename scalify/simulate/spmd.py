@@ -58,6 +58,8 @@ def padded_or_repeated(value: np.ndarray, p: Placement, fill=0) -> np.ndarray:
     if p.kind == "padded":
         widths = [(0, 0)] * value.ndim
         widths[p.dim] = (0, p.size - value.shape[p.dim])
+        if p.op == "lowest":  # a padding a mask gave the lowest value
+            fill = -np.inf
         return np.pad(value, widths, constant_values=fill)
     runs = value.shape[p.dim] // p.unit
     split = value.reshape(value.shape[: p.dim] + (runs, p.unit) + value.shape[p.dim + 1 :])
