@@ -223,7 +223,9 @@ def joint_coordinate_fit(values: list[int], devices: int) -> JointFit | None:
                 last[1] *= count
             else:
                 terms.append([stride, count, step])
-        terms = [t for t in terms if t[2]]
+        # least significant first by value: the axes may count in another order than the
+        # mesh's (positions over sp then tp on a (fsdp, tp, sp) mesh)
+        terms = sorted((t for t in terms if t[2]), key=lambda t: abs(t[2]))
         if len(terms) >= 2 and _mixed_radix(terms):  # else another digit order may fit
             return int(table[0]), terms[0][2], [(s, n) for s, n, _ in reversed(terms)]
     return None

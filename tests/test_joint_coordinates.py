@@ -102,8 +102,13 @@ def _verify(tmp_path, offsets: str, index: str):
 
 def test_the_offset_table_is_read_as_a_coordinate_on_both_axes():
     assert joint_coordinate_fit([int(v) for v in RIGHT.split(",")], 8) == (0, 4, [(4, 2), (1, 2)])
-    # sp the more significant: no count in the mesh's order of its axes
-    assert joint_coordinate_fit([int(v) for v in SP_MAJOR.split(",")], 8) is None
+    # sp the more significant: a count over the two axes in the other order (sp's stride 1
+    # first); the lookup that reads it as fsdp's blocks is caught below
+    assert joint_coordinate_fit([int(v) for v in SP_MAJOR.split(",")], 8) == (
+        0,
+        4,
+        [(1, 2), (4, 2)],
+    )
     # one axis (or a run of adjacent ones) is a plain coordinate, not a joint one
     assert joint_coordinate_fit(list(range(8)), 8) is None
 

@@ -6,7 +6,8 @@ axis are not proved.
 
 And two ways DeepSeek's attention (EasyDeL's) is written: a head built by writing its
 parts into zeros at static offsets (read as their concatenation), and positions counted
-in floats on each device's block (read as its block of the whole count)."""
+in floats on each device's block (read as its block of the whole count), over one axis or
+over two at once in another order than the mesh's."""
 
 from __future__ import annotations
 
@@ -48,7 +49,7 @@ def test_an_all_to_all_among_another_axis_is_not_proved(programs, name, tmp_path
     assert code == 1 and report["verdict"] != "equivalent", report["verdict"]
 
 
-@pytest.mark.parametrize("name", ["parts_written", "float_positions"])
+@pytest.mark.parametrize("name", ["parts_written", "float_positions", "positions_two_axes"])
 def test_deepseek_spellings_are_proved(programs, name):
     code, report = verify_json(
         programs / f"{name}_baseline.hlo", programs / f"{name}.hlo", "--mesh", MESH
@@ -65,6 +66,12 @@ def test_deepseek_spellings_are_proved(programs, name):
         # each device's float count shifted by a step other than its block's size
         ("float_positions", "s32[] constant(32)", "s32[] constant(16)"),
         ("float_positions", "s32[] constant(32)", "s32[] constant(33)"),
+        # positions over two axes counted with tp the more significant (the mesh's order)
+        (
+            "positions_two_axes",
+            "constant({0, 2, 1, 3, 0, 2, 1, 3})",
+            "constant({0, 1, 2, 3, 0, 1, 2, 3})",
+        ),
     ],
 )
 def test_a_part_or_a_count_at_another_offset_is_not_proved(programs, name, right, wrong, tmp_path):

@@ -76,6 +76,11 @@ def float_positions(inv_freq):
     return jnp.cos(jnp.einsum("i,j->ij", jnp.arange(64, dtype=jnp.float32), inv_freq))
 
 
+def positions_two_axes(inv_freq):
+    """The same angles, for an output split over two axes (its own module name)."""
+    return float_positions(inv_freq)
+
+
 heads = NamedSharding(MESH, P("fsdp", "tp", "sp", None))
 EXTRA = {
     "parts_written": (
@@ -89,6 +94,14 @@ EXTRA = {
         (jnp.ones((8,)),),
         (NamedSharding(MESH, P()),),
         NamedSharding(MESH, P("tp", None)),
+    ),
+    # the positions split over sp and tp at once, sp the more significant (the mesh has tp
+    # first): each device's offset from a table over the device id, {0, 2, 1, 3, ...} * 16
+    "positions_two_axes": (
+        positions_two_axes,
+        (jnp.ones((8,)),),
+        (NamedSharding(MESH, P()),),
+        NamedSharding(MESH, P(("sp", "tp"), None)),
     ),
 }
 for name, (fn, args, given, wanted) in EXTRA.items():
