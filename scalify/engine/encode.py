@@ -121,14 +121,22 @@ def _read_by_twins_only(graph: Graph, users: dict[int, list[int]]) -> set[int]:
     twins alone (`users` has the twins left out), directly or through one another."""
     readers = graph.users()
     outputs = set(graph.outputs)
+    partners: dict[int, set[int]] = {}
+    for a, b in graph.equalities:
+        partners.setdefault(a, set()).add(b)
+        partners.setdefault(b, set()).add(a)
     support: set[int] = set()
     grew = True
     while grew:
         grew = False
         for n in graph.nodes:
-            if n in support or n in outputs or not readers.get(n):
+            if n in support or n in outputs:
                 continue
-            if all(u in support for u in users.get(n, [])):
+            if readers.get(n):
+                read_by_support = all(u in support for u in users.get(n, []))
+            else:  # an equal form nothing reads: support when what it equals is
+                read_by_support = bool(partners.get(n, set()) & support)
+            if read_by_support:
                 support.add(n)
                 grew = True
     return support

@@ -53,17 +53,17 @@ def sub_axis_facts(base: Graph, dist: Graph, mesh: Mesh) -> list[str]:
                 continue
             q = m // k
             whole = _viewed_size(twin, base)
-            for axis, n in mesh.axes:
-                # the device's k entries are its block of the baseline's dim over the axis
-                if q < n and n % q == 0 and whole == k * n:
-                    outer, inner = sub_axes(axis, q)
-                    base_key = node_signature(twin, base, mesh).key
-                    facts.append(
-                        f"(SubView {egg_string(dist_key)} {egg_string(base_key)} "
-                        f"{egg_string(outer)} {egg_string(inner)})"
-                    )
-                    declared.add((axis, q))
-    return _declarations(declared, mesh) + facts if declared else []
+            base_key = node_signature(twin, base, mesh).key
+            for outer, inner in _axis_pairs(mesh, q, whole // k if whole % k == 0 else 0):
+                facts.append(
+                    f"(SubView {egg_string(dist_key)} {egg_string(base_key)} "
+                    f"{egg_string(outer)} {egg_string(inner)})"
+                )
+                if "%" in inner:
+                    declared.add((inner.split("%")[0], q))
+    if not any(f.startswith("(SubView") for f in facts):
+        return []
+    return _declarations(declared, mesh) + facts
 
 
 def with_sub_view_forms(dist: Graph, base: Graph, mesh: Mesh) -> Graph:
@@ -109,6 +109,21 @@ def with_sub_view_forms(dist: Graph, base: Graph, mesh: Mesh) -> Graph:
         placed.setdefault(at, []).append(form.id)
     place_after(copy, placed)
     return copy
+
+
+def _axis_pairs(mesh: Mesh, q: int, blocks: int) -> list[tuple[str, str]]:
+    """The (outer, inner) axes a dim of `blocks` device blocks may be split over, the inner
+    of size q: the two sub-axes of one axis of `blocks` devices, or two mesh axes whose
+    sizes multiply to it."""
+    pairs = []
+    for axis, n in mesh.axes:
+        if q < n and n % q == 0 and n == blocks:
+            pairs.append(sub_axes(axis, q))
+    for outer, n_o in mesh.axes:
+        for inner, n_i in mesh.axes:
+            if outer != inner and n_i == q and n_o * n_i == blocks:
+                pairs.append((outer, inner))
+    return pairs
 
 
 def _viewed_size(node: Node, graph: Graph) -> int:

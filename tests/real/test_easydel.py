@@ -1,9 +1,8 @@
 """EasyDeL's Llama (a JAX LLM library from the package index), sharded by its own partition
 rules and partitioned by XLA's SPMD partitioner: the per-device program proved equivalent to
 the global one at tensor 2 and 4 and on meshes of up to three axes (and Qwen3, Gemma2,
-Mistral, Phi, Phi-3, Cohere2 and DeepSeek-V2 on
-three), and an all-reduce taken out of the partitioned
-program caught. The programs are the `easydel/*.hlo.gz` pairs that `easydel/export.py`
+Mistral, Phi, Phi-3, OPT, Cohere2 and DeepSeek-V2 on three), and an all-reduce taken out
+of the partitioned program caught. The programs are the `easydel/*.hlo.gz` pairs that `easydel/export.py`
 dumps (EasyDeL needs a venv of its own; see there): the default forward, whose positions
 come from a scan that stacks its outputs with a dynamic-update-slice, and one given a mask
 and positions."""
@@ -79,6 +78,10 @@ CASES = {  # the stored pair -> EasyDeL's mesh (dp, fsdp, ep, tp, sp)
     # table resharded from columns to rows by all-to-all, and a causal mask whose two
     # broadcast counts meet only each other
     "deepseekv2_fsdp2_tp2_sp2_mask": "dp=1,fsdp=2,ep=1,tp=2,sp=2",
+    # OPT (LayerNorm, learned positions): its MLP merges batch x sequence into rows, a
+    # device's one row of the batch (fsdp) and its block of positions (sp) merged being its
+    # block of the baseline's rows over fsdp, then sp
+    "opt_fsdp2_tp2_sp2_mask": "dp=1,fsdp=2,ep=1,tp=2,sp=2",
     # Cohere2's interleaved RoPE: cos and sin broadcast across each device's heads, then
     # stacked with a unit dim (its moved form broadcasts to the stacked shape directly)
     "cohere2_fsdp2_tp2_sp2_mask": "dp=1,fsdp=2,ep=1,tp=2,sp=2",
@@ -180,13 +183,14 @@ def test_a_wrong_reshard_of_the_fused_parts_is_caught_at_the_cut(tmp_path, right
     assert first.file == "easydel/modules/phi3/modeling_phi3.py", (first.file, first.reason)
 
 
-def test_a_layernorm_scale_cut_on_the_wrong_axis_is_caught(tmp_path):
-    """Phi's LayerNorm scale, replicated, cut per device by an offset table that follows sp
-    instead of tp: caught at the norm's line, whose two broadcast factors carry different
-    layouts."""
+@pytest.mark.parametrize("case", ["phi_fsdp2_tp2_sp2_mask", "opt_fsdp2_tp2_sp2_mask"])
+def test_a_layernorm_scale_cut_on_the_wrong_axis_is_caught(tmp_path, case):
+    """Phi's and OPT's LayerNorm scale, replicated, cut per device by an offset table that
+    follows sp instead of tp: caught at the norm's line, whose two broadcast factors carry
+    different layouts."""
     right = "u32[8]{0} constant({0, 0, 1, 1, 0, 0, 1, 1})"
     wrong = "u32[8]{0} constant({0, 1, 0, 1, 0, 1, 0, 1})"
-    report = _verify_edited("phi_fsdp2_tp2_sp2_mask", right, wrong, tmp_path)
+    report = _verify_edited(case, right, wrong, tmp_path)
     assert report.verdict == "not_equivalent"
     first = report.suspects[0]
     assert (first.file, first.line) == ("easydel/layers/norms/_norms.py", 708), first.reason
