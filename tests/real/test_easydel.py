@@ -3,9 +3,9 @@ rules and partitioned by XLA's SPMD partitioner: the per-device program proved e
 the global one at tensor 2 and 4 and on meshes of up to three axes (and Qwen3, Gemma2,
 Mistral, Phi, Phi-3, OPT, Cohere2 and DeepSeek-V2 on three), and an all-reduce taken out
 of the partitioned program caught. The programs are the `easydel/*.hlo.gz` pairs that
-`easydel/export.py` dumps (EasyDeL needs a venv of its own; see there): the default forward, whose positions
-come from a scan that stacks its outputs with a dynamic-update-slice, and one given a mask
-and positions."""
+`easydel/export.py` dumps (EasyDeL needs a venv of its own; see there): the default
+forward, whose positions come from a scan that stacks its outputs with a
+dynamic-update-slice, and one given a mask and positions."""
 
 from __future__ import annotations
 
