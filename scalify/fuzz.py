@@ -115,12 +115,7 @@ class _Builder:
 
     def mesh_stride(self, axis: str) -> int:
         """How far apart in device ids consecutive coordinates of `axis` are."""
-        stride = 1
-        for name, size in reversed(self.mesh.axes):
-            if name == axis:
-                break
-            stride *= size
-        return stride
+        return self.mesh.stride(axis)
 
     def maybe_wrong(self, value: int) -> int:
         """`value` most of the time, a random other one otherwise (device-index arithmetic

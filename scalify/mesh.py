@@ -57,6 +57,16 @@ class Mesh:
             value = value * self.axis_size(part) + c
         return value
 
+    def stride(self, axis: str) -> int:
+        """How far apart in device ids consecutive coordinates of a mesh axis are (the
+        product of the sizes of the axes after it)."""
+        stride = 1
+        for name, size in reversed(self.axes):
+            if name == axis:
+                return stride
+            stride *= size
+        raise KeyError(axis)
+
     def __str__(self) -> str:
         return ",".join(f"{name}={n}" for name, n in self.axes)
 

@@ -409,12 +409,7 @@ def vocabulary_facts(mesh: Mesh, graphs: list[Graph]) -> list[str]:
         for axes in itertools.combinations(mesh.names, r)
     ]
     facts += [f"(set (AxisSize {egg_string(a)}) {n})" for a, n in mesh.axes]
-    stride = 1
-    strides = {}
-    for axis, size in reversed(mesh.axes):
-        facts.append(f"(set (AxisStride {egg_string(axis)}) {stride})")
-        strides[axis] = stride
-        stride *= size
+    facts += [f"(set (AxisStride {egg_string(a)}) {mesh.stride(a)})" for a in mesh.names]
     # Sets of axes (those of one device skipped) are one axis too, as collectives over them
     # name them, the first axis the most significant; a run of consecutive axes has a
     # stride: the device's coordinate on it is (id / s) % n, s the last axis's stride and n
@@ -427,7 +422,7 @@ def vocabulary_facts(mesh: Mesh, graphs: list[Graph]) -> list[str]:
             name = egg_string(",".join(a for a, _ in axes))
             facts += [f"(Axis {name})", f"(set (AxisSize {name}) {math.prod(n for _, n in axes)})"]
             if chosen[-1] - chosen[0] == size - 1:
-                facts.append(f"(set (AxisStride {name}) {strides[axes[-1][0]]})")
+                facts.append(f"(set (AxisStride {name}) {mesh.stride(axes[-1][0])})")
     literals = {
         literal_key(n.attrs.get("value"), n.dtype)
         for g in graphs

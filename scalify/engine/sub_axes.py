@@ -83,17 +83,14 @@ def with_sub_view_forms(dist: Graph, base: Graph, mesh: Mesh) -> Graph:
         x = dist.node(node.operands[0])
         for d in range(len(x.shape)):
             k = x.shape[d]
-            if node.shape != x.shape[:d] + (1,) + x.shape[d:] or (node.op, node.attrs) == (
-                "split",
-                {"dim": d, "inner": k},
-            ):
-                continue
+            attrs = {"dim": d, "inner": k}
+            if node.shape != x.shape[:d] + (1,) + x.shape[d:] or node.attrs == attrs:
+                continue  # no unit dim inserted before d, or this split already
             if not any(
                 dim == d and m > k and m % k == 0 and any(n % (m // k) == 0 for n in sizes)
                 for dim, m in inners
             ):
                 continue
-            attrs = {"dim": d, "inner": k}
             forms.append(
                 (node.id, Node(next_id, "split", (x.id,), node.shape, node.dtype, attrs,
                                node.loc, f"{node.name}.split{d}", node.framework_op))
@@ -146,10 +143,6 @@ def _declarations(declared: set[tuple[str, int]], mesh: Mesh) -> list[str]:
     """Each sub-axis pair as axes of their own: sizes, strides (a device's coordinate on
     `a/q` is (id / (stride(a) * q)) % (n / q), on `a%q` (id / stride(a)) % q), and the axes
     each is disjoint from (its twin, and every other mesh axis)."""
-    strides, stride = {}, 1
-    for axis, size in reversed(mesh.axes):
-        strides[axis] = stride
-        stride *= size
     facts = []
     for axis, q in sorted(declared):
         outer, inner = sub_axes(axis, q)
@@ -159,8 +152,8 @@ def _declarations(declared: set[tuple[str, int]], mesh: Mesh) -> list[str]:
             f"(Axis {egg_string(inner)})",
             f"(set (AxisSize {egg_string(outer)}) {n // q})",
             f"(set (AxisSize {egg_string(inner)}) {q})",
-            f"(set (AxisStride {egg_string(outer)}) {strides[axis] * q})",
-            f"(set (AxisStride {egg_string(inner)}) {strides[axis]})",
+            f"(set (AxisStride {egg_string(outer)}) {mesh.stride(axis) * q})",
+            f"(set (AxisStride {egg_string(inner)}) {mesh.stride(axis)})",
             f"(SubAxes {egg_string(axis)} {egg_string(outer)} {egg_string(inner)})",
             f"(AxisDisjoint {egg_string(outer)} {egg_string(inner)})",
             f"(AxisDisjoint {egg_string(inner)} {egg_string(outer)})",
