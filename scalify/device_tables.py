@@ -58,7 +58,7 @@ def fold_device_tables(graph: Graph) -> None:
         if node.op != "dynamic_slice" or len(node.operands) != 2 or node.shape != (1,):
             return []
         table, index = (nodes[o] for o in node.operands)
-        values = _int_table(table)
+        values = int_table(table)
         if values is None:
             return []
         device = _device_id(index, nodes)
@@ -279,7 +279,8 @@ def _const(new: NewNodes, value: int, dtype: str) -> int:
     return new.add("constant", (), (), dtype, {"value": str(value)})
 
 
-def _int_table(table: Node) -> list[int] | None:
+def int_table(table: Node) -> list[int] | None:
+    """The entries of an integer literal of rank 1 (`{0, 64, 128}`), or None."""
     if table.op != "constant" or len(table.shape) != 1 or table.dtype[:1] not in "su":
         return None
     values = [int(v) for v in _INT.findall(str(table.attrs.get("value", "")))]

@@ -14,6 +14,7 @@ query as `zeros.at[..., :nope].set(q_nope).at[..., nope:].set(q_pe)`.
 
 from __future__ import annotations
 
+from .device_tables import int_table
 from .ir import Graph, Node
 
 _INT_OPS = {
@@ -111,8 +112,10 @@ def _static_update(node: Node, graph: Graph, before: dict[int, list[Node]]) -> N
     x[s + w:]) along it."""
     x, block = node.operands[0], node.operands[-1] if node.op == "scatter" else node.operands[1]
     shape, width = graph.nodes[x].shape, graph.nodes[block].shape
+    if len(width) != len(shape):
+        return
     starts = _update_starts(node, graph, shape, width)
-    if starts is None or len(width) != len(shape):
+    if starts is None:
         return
     cut = [d for d, (n, w) in enumerate(zip(shape, width, strict=True)) if n != w]
     if len(cut) != 1 or any(starts[d] for d in range(len(shape)) if d not in cut):
@@ -163,7 +166,7 @@ def _update_starts(node: Node, graph: Graph, shape, width) -> list[int] | None:
         or a.get("index_vector_dim") != 0
     ):
         return None
-    values = _int_vector(index)
+    values = int_table(index)
     dims = a.get("scatter_dims_to_operand_dims", ())
     if values is None or len(values) != len(dims):
         return None
@@ -173,18 +176,6 @@ def _update_starts(node: Node, graph: Graph, shape, width) -> list[int] | None:
     if any(not 0 <= s <= n - w for s, n, w in zip(starts, shape, width, strict=True)):
         return None
     return starts
-
-
-def _int_vector(node: Node) -> list[int] | None:
-    """The entries of an integer literal of rank 1 (`{0, 128}`)."""
-    if node.op != "constant" or not _is_int(node.dtype):
-        return None
-    text = str(node.attrs.get("value", "")).strip().strip("{}")
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        return None
-    return values if len(values) == node.shape[0] else None
 
 
 def _make_constant(node: Node, value: int) -> None:
