@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 
-from .index_forms import IndexReader, array_plus_block, device_block
+from .index_forms import IndexReader, device_block
 from .ir import ROW_MAJOR_VIEWS, Graph, NewNodes, Node, replace_nodes
 
 
@@ -70,12 +70,9 @@ def _iota_plus_offsets(
     reader: IndexReader, ranges: dict[int, tuple[float, float]], node: Node
 ) -> tuple[int, list[tuple[int, int, int]]] | None:
     """(count, [(r, c, n), ...]) when `node` is `count + sum(c * r)`, each r a scalar in
-    [0, n) by the integer ranges: in integers (the reader's affine form), or in floats as
-    one add of a float iota and an integer offset converted."""
-    found = array_plus_block(reader, ranges, node.id)
-    if found is not None:
-        count, coord, step, n = found
-        return count, [(coord, step, n)]
+    [0, n) by the integer ranges: in integers (the reader's affine form: one array, once,
+    plus scalars), or in floats as one add of a float iota and an integer offset
+    converted."""
     if node.dtype in EXACT_INTEGERS:
         pair = _float_count(reader, node)
         if pair is not None:
