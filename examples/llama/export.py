@@ -142,7 +142,6 @@ def tp_function(
     from model import (
         dp_tp_train_step,
         part_params,
-        sp_decoder,
         tp_decoder,
         tp_llama,
         tp_llama_logits,
@@ -164,7 +163,7 @@ def tp_function(
         body = partial(tp_decoder, cfg=cfg, bug=bug, bug_layer=bug_layer)
         in_specs, out_specs = (part_params(specs, "layers"), P()), P()
     elif output == "sp_hidden":  # the sequence split over "tp" on the way in and out
-        body = partial(sp_decoder, cfg=cfg, bug=bug, bug_layer=bug_layer)
+        body = partial(tp_decoder, cfg=cfg, bug=bug, bug_layer=bug_layer, sequence_parallel=True)
         in_specs, out_specs = (part_params(specs, "layers"), P(None, "tp")), P(None, "tp")
     elif output == "step":  # (dp, tp): the batch split over dp, AdamW on each tp shard
         layer_specs = part_params(specs, "layers")

@@ -516,11 +516,15 @@ def tp_decoder(
     cfg: LlamaConfig,
     bug: Bug | None = None,
     bug_layer: int | None = None,
+    sequence_parallel: bool = False,
 ) -> Array:
-    """Per-device decoder stack: replicated hidden states in, replicated hidden states out.
+    """Per-device decoder stack: replicated hidden states in, replicated hidden states out;
+    with `sequence_parallel`, x and the result are this device's slice of the sequence.
     `bug_layer` puts the bug in that layer only (all layers when None)."""
-    cos, sin = rope_tables(x.shape[1], cfg)
-    return layer_stack(params, x, cos, sin, cfg, bug, bug_layer, tp_layer)
+    seq = x.shape[1] * (lax.axis_size("tp") if sequence_parallel else 1)
+    cos, sin = rope_tables(seq, cfg)
+    one_layer = sp_layer if sequence_parallel else tp_layer
+    return layer_stack(params, x, cos, sin, cfg, bug, bug_layer, one_layer)
 
 
 def tp_layer(
@@ -565,20 +569,6 @@ def sp_layer(
         mine = lax.dynamic_slice_in_dim(partial_sum, start, n, 1)  # BUG: sp_slice_not_scatter
         return x + mine
     return x + scatter(partial_sum)
-
-
-def sp_decoder(
-    params: Params,
-    x: Array,
-    *,
-    cfg: LlamaConfig,
-    bug: Bug | None = None,
-    bug_layer: int | None = None,
-) -> Array:
-    """Per-device decoder stack with sequence parallelism: x and the result are this
-    device's slice of the sequence."""
-    cos, sin = rope_tables(x.shape[1] * lax.axis_size("tp"), cfg)
-    return layer_stack(params, x, cos, sin, cfg, bug, bug_layer, sp_layer)
 
 
 def tp_llama_logits(

@@ -23,6 +23,7 @@ from scalify.frames import pick_location
 from scalify.frontends.common import prune_and_renumber
 from scalify.ir import Graph, Node, SourceLoc, TileSharding
 from scalify.one_hot_forms import rows_added
+from scalify.ops import PLAIN_ELEMENTWISE
 
 from .hlo_attributes import (
     _GATHER_FIELDS,
@@ -69,8 +70,9 @@ __all__ = ["load_hlo", "parse_hlo"]
 # --------------------------------------------------------------------------------------------
 # Lowering
 
-_ELEMENTWISE = {
-    "add": "add",
+# HLO opcodes whose canonical op has another name; an opcode that is already the name of a
+# canonical elementwise op without attributes (`log`, `tanh`, `select`, ...) maps to itself.
+_RENAMED_ELEMENTWISE = {
     "subtract": "sub",
     "multiply": "mul",
     "divide": "div",
@@ -79,29 +81,13 @@ _ELEMENTWISE = {
     "power": "pow",
     "negate": "neg",
     "exponential": "exp",
-    "log": "log",
-    "tanh": "tanh",
-    "rsqrt": "rsqrt",
-    "sqrt": "sqrt",
-    "abs": "abs",
-    "erf": "erf",
-    "logistic": "logistic",
-    "sign": "sign",
-    "floor": "floor",
-    "ceil": "ceil",
-    "not": "not",
-    "and": "and",
-    "or": "or",
-    "xor": "xor",
     "remainder": "rem",
     "cosine": "cos",
     "sine": "sin",
     "exponential-minus-one": "exponential_minus_one",
     "log-plus-one": "log_plus_one",
-    "atan2": "atan2",
-    "select": "select",
-    "clamp": "clamp",
 }
+
 _REDUCERS = {
     "add": "sum",
     "multiply": "prod",
@@ -563,7 +549,9 @@ class _Lowering:
             return self.opaque(ins, vals, loc, fop)
         operands = tuple(vals)
 
-        canonical = _ELEMENTWISE.get(opcode)
+        canonical = _RENAMED_ELEMENTWISE.get(opcode)
+        if canonical is None and opcode in PLAIN_ELEMENTWISE:
+            canonical = opcode
         if canonical is not None:
             return self.new(canonical, operands, shape, {}, ins, loc, fop)
         attrs: dict[str, Any]

@@ -23,6 +23,8 @@ def spec_of(op: str) -> OpSpec | None:
 CANONICAL_OPS = frozenset(OPS)
 # every op that maps its operands element by element (same shapes in, that shape out)
 ELEMENTWISE = frozenset(name for name, s in OPS.items() if s.elementwise)
+# the elementwise ops that take no attributes: a frontend may map an op of the same name
+PLAIN_ELEMENTWISE = frozenset(n for n in ELEMENTWISE if not OPS[n].attrs)
 COLLECTIVES = frozenset(name for name, s in OPS.items() if s.collective)
 NOT_PURE = frozenset(name for name, s in OPS.items() if not s.pure)
 # ops whose first operand's sizes rules may read (`size(X, d)`)
@@ -34,6 +36,7 @@ __all__ = [
     "ELEMENTWISE",
     "NOT_PURE",
     "OPS",
+    "PLAIN_ELEMENTWISE",
     "SIZED_OPERAND",
     "KeyInput",
     "OpSpec",

@@ -11,15 +11,7 @@ from scalify.layout import Layout, Placement, local_shape
 from scalify.values import NotSimulable, host
 
 from . import gather_scatter as indexing
-from .spec import (
-    TOGETHER,
-    KeyInput,
-    OpSpec,
-    Scaling,
-    attrs_and_shape_key,
-    int_attrs_key,
-    ints,
-)
+from .spec import TOGETHER, KeyInput, OpSpec, Scaling, attrs_and_shape_key, int_attrs_key, ints
 
 # take / take_along
 
