@@ -61,7 +61,7 @@ class RuleReport:
     unsound: list[str] = field(default_factory=list)
 
 
-class _Builder:
+class Builder:
     """Builds both graphs node by node; the distributed side gets local shapes."""
 
     def __init__(self, rng: np.random.Generator, mesh: Mesh) -> None:
@@ -267,7 +267,7 @@ def generate(
     if spec is None or spec.generate is None:
         raise NotSimulable(f"no instance generator for `{op}`")
     mesh = Mesh(MESHES[int(rng.integers(len(MESHES)))])
-    b = _Builder(rng, mesh)
+    b = Builder(rng, mesh)
     b.hints = list(hints or [])
     b.values = values
     out = spec.generate(b)

@@ -12,6 +12,7 @@ from .compiler.compile import compile_rule_dir, rule_files_in
 from .compiler.lower import rule_name
 from .errors import ScalifyError
 from .fuzz import fuzz_rules
+from .prelude_fuzz import PRELUDE, fuzz_prelude
 
 
 @dataclass
@@ -73,9 +74,10 @@ MUST_FIRE_BUDGET = 25
 
 def _fuzz(result: LintResult, rules, budget: int, seed: int) -> None:
     """Every rule must fire on random instances and stay sound there, unless its file says
-    why instances cannot make it fire (`unfuzzed "..."`: its cases are then all there is)."""
+    why instances cannot make it fire (`unfuzzed "..."`: its cases are then all there is);
+    so must the prelude's rules over sub-axes and masks (`prelude_fuzz.py`)."""
     unfuzzed = {rule_name(r.name): r.unfuzzed for r in rules.rules}
-    for report in fuzz_rules(rules, budget, seed):
+    for report in fuzz_rules(rules, budget, seed) + fuzz_prelude(rules, budget, seed):
         reason = unfuzzed.get(report.name, "")
         if report.unsound:
             result.fail(
@@ -83,10 +85,15 @@ def _fuzz(result: LintResult, rules, budget: int, seed: int) -> None:
                 f"it proves is false numerically\n  " + "\n  ".join(report.unsound[:1])
             )
         elif not report.fired and not reason:
+            teach = (
+                "its generator in scalify/prelude_fuzz.py"
+                if report.source.startswith(PRELUDE)
+                else "its op's instance generator the pattern (scalify/ops/), "
+                'or say why it cannot with `unfuzzed "..."`'
+            )
             message = (
                 f"fuzzing never made rule `{report.name}` fire ({report.instances} "
-                "instances): teach its op's instance generator the pattern (scalify/ops/), "
-                'or say why it cannot with `unfuzzed "..."`'
+                f"instances): teach {teach}"
             )
             if budget >= MUST_FIRE_BUDGET:
                 result.fail(f"{report.source}: error: {message}")

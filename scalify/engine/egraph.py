@@ -31,12 +31,17 @@ class RunStats:
     rule_matches: dict[str, int] = field(default_factory=dict)
 
 
+def prelude_text() -> str:
+    """The engine's own rules and tables (`prelude.egg`), loaded into every e-graph."""
+    return resources.files("scalify.engine").joinpath("prelude.egg").read_text()
+
+
 class EGraphSession:
     """One egglog e-graph with Scalify's prelude loaded, then `programs`."""
 
     def __init__(self, *programs: str) -> None:
         self.egraph = egglog.EGraph()
-        self.feed([resources.files("scalify.engine").joinpath("prelude.egg").read_text()])
+        self.feed([prelude_text()])
         for program in programs:
             self.feed([program])
 

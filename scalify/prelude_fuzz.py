@@ -1,0 +1,228 @@
+"""Random instances of the prelude's rules over sub-axes and masks, for `scalify rules lint`.
+
+The rule files' rules are fuzzed from their own patterns (`fuzz.py`). The rules that live in
+`engine/prelude.egg` because they read facts the engine computes (the sub-axis pairing of
+`engine/sub_axes.py`, the iota facts of a mask) have no `.srl` pattern to instantiate, so
+each has a generator here. It builds the rule's pattern, and part of the time a near miss
+(a group of another size, the two axes in the other order, another bound, a finite fill),
+and the instance is checked as a rule file's is: every relation the proof states is run on
+every device and compared with the baseline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from .compiler.compile import CompiledRuleSet
+from .fuzz import Builder, Instance, RuleReport, check_instance
+from .ir import Node
+from .layout import Layout, Placement, local_shape
+from .mesh import Mesh, sub_axes
+from .values import NotSimulable
+
+PRELUDE = "scalify/engine/prelude.egg"
+
+# Sub-axes need an axis with a proper divisor; two axes, a dim split over both.
+_SUB_AXIS_MESHES = (
+    (("tp", 4),),
+    (("tp", 6),),
+    (("dp", 2), ("tp", 4)),
+    (("tp", 4), ("dp", 2)),
+)
+_TWO_AXIS_MESHES = (
+    (("dp", 2), ("tp", 2)),
+    (("fsdp", 2), ("sp", 3)),
+    (("dp", 3), ("tp", 2)),
+)
+_MASK_MESHES = ((("tp", 2),), (("dp", 2), ("tp", 2)))
+
+
+@dataclass(frozen=True)
+class PreludeRule:
+    """A prelude rule and how to build random instances that tempt it."""
+
+    names: tuple[str, ...]  # the egglog rules (a rule and its mirror count as one)
+    meshes: tuple[tuple[tuple[str, int], ...], ...]
+    generate: Callable[[Builder], int]
+
+
+def _both(b: Builder, op: str, base_operands, dist_operands, dtype: str, attrs: dict) -> int:
+    """One node on each side over different operands (a mask only the distributed program
+    has), shapes from the one-device kernel."""
+    from .simulate.kernels import apply
+    from .values import host
+
+    node_id = b.next_id
+    b.next_id += 1
+    for side, operands in ((b.base, base_operands), (b.dist, dist_operands)):
+        probe = Node(node_id, op, operands, (), dtype, dict(attrs), name=f"n{node_id}")
+        args = [host(np.zeros(side[o].shape), side[o].dtype) for o in operands]
+        shape = apply(probe, args, [side[o].dtype for o in operands]).shape
+        side[node_id] = Node(node_id, op, operands, shape, dtype, dict(attrs), name=f"n{node_id}")
+    b.lines.append(f"n{node_id} = {op}{attrs}(base {base_operands} / dist {dist_operands})")
+    return node_id
+
+
+def _view(b: Builder, op: str, x: int, dim: int, base_inner: int, dist_inner: int) -> int:
+    """A split of dim `dim` (or a merge of it with the next) with another inner size on each
+    side: the distributed view of a device's block, the baseline's of the whole."""
+
+    def per_side(side):
+        shape, inner = side[x].shape, base_inner if side is b.base else dist_inner
+        if op == "split":
+            if shape[dim] % inner:
+                raise NotSimulable("the inner size does not divide the dim")
+            out = shape[:dim] + (shape[dim] // inner, inner) + shape[dim + 1 :]
+        else:
+            out = shape[:dim] + (shape[dim] * shape[dim + 1],) + shape[dim + 2 :]
+            if shape[dim + 1] != inner:
+                raise NotSimulable("a merge's inner size is its operand's")
+        return {"dim": dim, "inner": inner}, out
+
+    return b.op(op, (x,), "f32", {}, per_side)
+
+
+def _shape_with(b: Builder, rank: int, dim: int, size: int) -> tuple[int, ...]:
+    shape = [int(b.rng.integers(1, 4)) for _ in range(rank)]
+    shape[dim] = size
+    return tuple(shape)
+
+
+def _sub_axis_views(b: Builder) -> int:
+    """A device's block of k entries split into [1, k] where the baseline splits the whole
+    into rows of k * q (GQA's query heads grouped by KV head, q devices a group), then part
+    of the time merged back; or a value held over the two sub-axes, merged."""
+    axis = next((a for a, n in b.mesh.axes if n >= 4), None)
+    if axis is None:
+        raise NotSimulable("no axis with a proper divisor")
+    n = b.mesh.axis_size(axis)
+    q = int(b.rng.choice([d for d in range(2, n) if n % d == 0]))
+    k = int(b.rng.integers(1, 3))
+    rank = int(b.rng.integers(1, 3))
+    dim = int(b.rng.integers(rank))
+    m = b.maybe_wrong(k * q)  # a near miss: a group of another size
+    if b.rng.random() < 0.35:  # held over the sub-axes already: the merge alone
+        outer, inner = sub_axes(axis, q) if b.rng.random() < 0.8 else sub_axes(axis, q)[::-1]
+        shape = _shape_with(b, rank, dim, n // q)
+        shape = shape[: dim + 1] + (k * q,) + shape[dim + 1 :]
+        layout = (Placement("shard", outer, dim=dim), Placement("shard", inner, dim=dim + 1))
+        y = b.input(shape, "f32", layout)
+        return _view(b, "merge", y, dim, m, k)
+    x = b.input(_shape_with(b, rank, dim, n * k), "f32", (Placement("shard", axis, dim=dim),))
+    y = _view(b, "split", x, dim, m, k)
+    if b.rng.random() < 0.5:
+        return y
+    return _view(b, "merge", b.op("exp", (y,), "f32", {}), dim, m, k)
+
+
+def _two_axis_views(b: Builder) -> int:
+    """A dim split over two mesh axes (one row of the outer's blocks a device, its columns'
+    block over the inner), split into [1, k] where the baseline splits it into rows of
+    k * q; and merged back (OPT merges batch x sequence into rows)."""
+    (o, n_o), (i, n_i) = b.mesh.axes if b.rng.random() < 0.5 else b.mesh.axes[::-1]
+    k = int(b.rng.integers(1, 3))
+    rank = int(b.rng.integers(1, 3))
+    dim = int(b.rng.integers(rank))
+    # o the more significant: a near miss part of the time holds the blocks the other way
+    first, second = (o, i) if b.rng.random() < 0.8 else (i, o)
+    layout: Layout = (Placement("shard", first, dim=dim), Placement("shard", second, dim=dim))
+    x = b.input(_shape_with(b, rank, dim, n_o * n_i * k), "f32", layout)
+    m = b.maybe_wrong(k * n_i)
+    y = _view(b, "split", x, dim, m, k)
+    if b.rng.random() < 0.4:
+        return y
+    return _view(b, "merge", b.op("neg", (y,), "f32", {}), dim, m, k)
+
+
+def _constant(b: Builder, value: str, shape: tuple[int, ...], dtype: str) -> int:
+    """A scalar literal broadcast to `shape`, on the distributed side only."""
+    c = b.dist_only("constant", (), (), dtype, {"value": value})
+    return b.dist_only("broadcast", (c,), shape, dtype, {"dims": ()})
+
+
+def _mask(b: Builder, at_least: bool) -> int:
+    """`where(index < m, pad(x), -inf)` (or `index >= m ? -inf : pad(x)`) along the padded
+    dim, the index an iota of the dim (or of it alone, broadcast); then, most of the time,
+    what a softmax does with it (a max over the dim; exp then a sum), so the -inf the
+    relation claims is checked by the values that read it."""
+    rank = int(b.rng.integers(1, 3))
+    dim = int(b.rng.integers(rank))
+    m = int(b.rng.integers(2, 6))
+    n = m + int(b.rng.integers(1, 4))
+    layout: Layout = (Placement("padded", "", dim=dim, size=n),)
+    if rank > 1 and b.rng.random() < 0.4:  # and split over the axis along another dim
+        other = (dim + 1) % rank
+        layout += (Placement("shard", b.axis, dim=other),)
+    shape = _shape_with(b, rank, dim, m)
+    if rank > 1:
+        shape = tuple(s * b.unit if d != dim else s for d, s in enumerate(shape))
+    x = b.input(shape, "f32", layout)
+    local = local_shape(shape, layout, b.mesh)
+    along = dim if b.rng.random() < 0.9 else (dim + 1) % rank  # a near miss: another dim
+    if b.rng.random() < 0.5:
+        index = b.dist_only("iota", (), local, "s32", {"dim": along})
+    else:
+        line = b.dist_only("iota", (), (local[along],), "s32", {"dim": 0})
+        index = b.dist_only("broadcast", (line,), local, "s32", {"dims": (along,)})
+    bound = _constant(b, str(b.maybe_wrong(m)), local, "s32")
+    direction = "GE" if at_least else "LT"
+    if b.rng.random() < 0.1:  # a near miss: the other comparison
+        direction = "LT" if at_least else "GE"
+    predicate = b.dist_only("compare", (index, bound), local, "pred", {"direction": direction})
+    fill = "-inf" if b.rng.random() < 0.85 else str(b.rng.choice(["0", "-1e30"]))
+    lowest = _constant(b, fill, local, "f32")
+    picks = (predicate, lowest, x) if at_least else (predicate, x, lowest)
+    masked = b.dist_only("select", picks, local, "f32", {})
+    if b.rng.random() < 0.25:
+        b.base_output = x
+        return masked
+    if b.rng.random() < 0.5:
+        return _both(b, "reduce", (x,), (masked,), "f32", {"dims": (dim,), "op": "max"})
+    exp = _both(b, "exp", (x,), (masked,), "f32", {})
+    return b.op("reduce", (exp,), "f32", {"dims": (dim,), "op": "sum"})
+
+
+PRELUDE_RULES = (
+    PreludeRule(("split-over-sub-axes", "merge-over-sub-axes"), _SUB_AXIS_MESHES, _sub_axis_views),
+    PreludeRule(("split-over-two-axes", "merge-over-two-axes"), _TWO_AXIS_MESHES, _two_axis_views),
+    PreludeRule(("mask-fills-padding",), _MASK_MESHES, lambda b: _mask(b, at_least=False)),
+    PreludeRule(("mask-fills-padding-ge",), _MASK_MESHES, lambda b: _mask(b, at_least=True)),
+)
+
+
+def _instance(rule: PreludeRule, rng: np.random.Generator) -> Instance:
+    mesh = Mesh(rule.meshes[int(rng.integers(len(rule.meshes)))])
+    b = Builder(rng, mesh)
+    out = rule.generate(b)
+    base, dist = b.graphs(out)
+    return Instance(mesh, base, dist, b.inputs, f"mesh {mesh}: " + "; ".join(b.lines))
+
+
+def fuzz_prelude(rules: CompiledRuleSet, budget: int, seed: int = 0) -> list[RuleReport]:
+    """Check each prelude rule above on `budget` random instances, with every shipped rule
+    loaded (a mask's -inf is read by the rule files' padding rules)."""
+    program = rules.program()
+    reports = []
+    for rule in PRELUDE_RULES:
+        name = " / ".join(rule.names)
+        report = RuleReport(name, f"{PRELUDE} ({name})")
+        for k in range(budget):
+            instance_seed = seed * 1_000_003 + k
+            rng = np.random.default_rng([instance_seed, len(name)])
+            try:
+                instance = _instance(rule, rng)
+                fired, failures = check_instance(instance, program, list(rule.names), k)
+            except NotSimulable:
+                continue
+            report.instances += 1
+            report.fired += fired
+            report.unsound += [
+                f"seed {instance_seed}: {f}\n    instance: {instance.text}" for f in failures
+            ]
+            if report.unsound:
+                break
+        reports.append(report)
+    return reports
