@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -416,6 +417,34 @@ def _suppliers(group: list, rules: CompiledRuleSet) -> list:
     ]
 
 
+def check_instances(
+    report: RuleReport,
+    make: Callable[[np.random.Generator, int], Instance],
+    program: str,
+    rule_names: list[str],
+    budget: int,
+    seed: int,
+) -> RuleReport:
+    """Run `budget` instances `make(rng, k)` of a rule, counting those it fired on; stop at
+    the first false relation, which the report keeps with its seed and instance."""
+    for k in range(budget):
+        instance_seed = seed * 1_000_003 + k
+        rng = np.random.default_rng([instance_seed, len(report.name)])
+        try:
+            instance = make(rng, k)
+            fired, failures = check_instance(instance, program, rule_names, instance_seed)
+        except NotSimulable:
+            continue
+        report.instances += 1
+        report.fired += fired
+        report.unsound += [
+            f"seed {instance_seed}: {f}\n    instance: {instance.text}" for f in failures
+        ]
+        if report.unsound:
+            break
+    return report
+
+
 def fuzz_rules(rules: CompiledRuleSet, budget: int, seed: int = 0) -> list[RuleReport]:
     """Check every rule on `budget` random instances of the ops it matches. A rule that
     lowers to several egglog rules (`spread`) is checked as one, cycling through the
@@ -430,24 +459,13 @@ def fuzz_rules(rules: CompiledRuleSet, budget: int, seed: int = 0) -> list[RuleR
             report = RuleReport(name, group[0].source)
             program = families + "\n" + emit_rules(compiled.path, group + _suppliers(group, rules))
             ops = _ops_of(group[0].name, rules)
-            for k in range(budget):
-                instance_seed = seed * 1_000_003 + k
-                rng = np.random.default_rng([instance_seed, len(name)])
+
+            def instance(rng: np.random.Generator, k: int, ops=ops, group=group) -> Instance:
                 op = ops[int(rng.integers(len(ops)))]
                 rule = group[k % len(group)]
-                try:
-                    instance = generate(op, rng, operand_hints(rule), value_kinds(rule))
-                    fired, failures = check_instance(
-                        instance, program, [r.name for r in group], instance_seed
-                    )
-                except NotSimulable:
-                    continue
-                report.instances += 1
-                report.fired += fired
-                report.unsound += [
-                    f"seed {instance_seed}: {f}\n    instance: {instance.text}" for f in failures
-                ]
-                if report.unsound:
-                    break
+                return generate(op, rng, operand_hints(rule), value_kinds(rule))
+
+            names = [r.name for r in group]
+            report = check_instances(report, instance, program, names, budget, seed)
             reports.append(report)
     return reports

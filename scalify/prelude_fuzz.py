@@ -13,11 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
 from .compiler.compile import CompiledRuleSet
-from .fuzz import Builder, Instance, RuleReport, check_instance
+from .fuzz import Builder, Instance, RuleReport, check_instances
 from .ir import Node
 from .layout import Layout, Placement, local_shape
 from .mesh import Mesh, sub_axes
@@ -193,7 +194,7 @@ PRELUDE_RULES = (
 )
 
 
-def _instance(rule: PreludeRule, rng: np.random.Generator) -> Instance:
+def _instance(rule: PreludeRule, rng: np.random.Generator, k: int) -> Instance:
     mesh = Mesh(rule.meshes[int(rng.integers(len(rule.meshes)))])
     b = Builder(rng, mesh)
     out = rule.generate(b)
@@ -204,25 +205,11 @@ def _instance(rule: PreludeRule, rng: np.random.Generator) -> Instance:
 def fuzz_prelude(rules: CompiledRuleSet, budget: int, seed: int = 0) -> list[RuleReport]:
     """Check each prelude rule above on `budget` random instances, with every shipped rule
     loaded (a mask's -inf is read by the rule files' padding rules)."""
-    program = rules.program()
     reports = []
     for rule in PRELUDE_RULES:
         name = " / ".join(rule.names)
         report = RuleReport(name, f"{PRELUDE} ({name})")
-        for k in range(budget):
-            instance_seed = seed * 1_000_003 + k
-            rng = np.random.default_rng([instance_seed, len(name)])
-            try:
-                instance = _instance(rule, rng)
-                fired, failures = check_instance(instance, program, list(rule.names), k)
-            except NotSimulable:
-                continue
-            report.instances += 1
-            report.fired += fired
-            report.unsound += [
-                f"seed {instance_seed}: {f}\n    instance: {instance.text}" for f in failures
-            ]
-            if report.unsound:
-                break
+        make = partial(_instance, rule)
+        check_instances(report, make, rules.program(), list(rule.names), budget, seed)
         reports.append(report)
     return reports
