@@ -32,7 +32,7 @@ from .mesh import Mesh
 
 # the ops a window chain is made of (the first one met that is none of these is its source)
 CHAIN = frozenset(
-    {"slice", "concatenate", "collective_permute", "select", "slice_at", "dynamic_slice"}
+    {"slice", "concatenate", "collective_permute", "select", "slice_at", "dynamic_slice", "pad"}
 )
 # ops that make a window depend on the device: without one, the rules read the chain
 MOVING = frozenset({"collective_permute", "select", "slice_at", "dynamic_slice"})
@@ -90,11 +90,12 @@ class _WindowReader:
         self.graph = graph
         self.mesh = mesh
         self.scalars = DeviceScalars(graph, mesh.size)
-        self.memo: dict[int, Windows | None] = {}
+        self.memo: dict[tuple[int, int | None], Windows | None] = {}
 
     def of(self, node_id: int, dim: int | None = None) -> Windows | None:
         """The node's windows; a node outside any chain is its own source, whole along
-        `dim` (which the op reading it decides)."""
+        `dim` (which the op reading it decides). Ops that move whole values (a permute, a
+        select) hold windows along the dim their reader asks for."""
         node = self.graph.node(node_id)
         if node.op not in CHAIN:
             if dim is None:
@@ -102,16 +103,12 @@ class _WindowReader:
             size = node.shape[dim]
             whole = tuple((Piece(device, 0, size),) for device in range(self.mesh.size))
             return Windows(node_id, dim, whole)
-        if node_id not in self.memo:
-            self.memo[node_id] = self._read(node)
-        found = self.memo[node_id]
+        if (node_id, dim) not in self.memo:
+            self.memo[node_id, dim] = getattr(self, f"_{node.op}")(node, dim)
+        found = self.memo[node_id, dim]
         return found if found is None or dim in (None, found.dim) else None
 
-    def _read(self, node: Node) -> Windows | None:
-        reader = getattr(self, f"_{node.op}")
-        return reader(node)
-
-    def _slice(self, node: Node) -> Windows | None:
+    def _slice(self, node: Node, _: int | None) -> Windows | None:
         a = node.attrs
         operand = self.graph.node(node.operands[0])
         if any(s != 1 for s in a["strides"]):
@@ -130,7 +127,7 @@ class _WindowReader:
         lo, hi = a["starts"][dim], a["limits"][dim]
         return _cut_all(held, [lo] * self.mesh.size, hi - lo)
 
-    def _concatenate(self, node: Node) -> Windows | None:
+    def _concatenate(self, node: Node, _: int | None) -> Windows | None:
         dim = node.attrs["dim"]
         parts = [self.of(o, dim) for o in node.operands]
         if any(p is None for p in parts) or len({p.source for p in parts}) != 1:
@@ -141,8 +138,8 @@ class _WindowReader:
         )
         return Windows(parts[0].source, dim, pieces)
 
-    def _collective_permute(self, node: Node) -> Windows | None:
-        held = self.of(node.operands[0])
+    def _collective_permute(self, node: Node, dim: int | None) -> Windows | None:
+        held = self.of(node.operands[0], dim)
         if held is None:
             return None
         sender = {target: source for source, target in node.attrs["pairs"]}
@@ -153,9 +150,34 @@ class _WindowReader:
         )
         return Windows(held.source, held.dim, pieces)
 
-    def _select(self, node: Node) -> Windows | None:
+    def _pad(self, node: Node, _: int | None) -> Windows | None:
+        """A pad along one dim (no interior padding, no crop): the padding is no entry of
+        the source (a piece of no device), so a window that keeps any of it is no block.
+        XLA pads a window it handed on back to the width it selects among (Phi-3 at tp 4)."""
+        widths = [
+            [int(n) for n in spec.split("_")] for spec in str(node.attrs["padding"]).split("x")
+        ]
+        grown = [d for d, w in enumerate(widths) if any(w)]
+        if len(grown) != 1 or len(widths[grown[0]]) > 2 and widths[grown[0]][2]:
+            return None
+        (dim,) = grown
+        low, high = widths[dim][:2]
+        held = self.of(node.operands[0], dim)
+        if held is None or low < 0 or high < 0:
+            return None
+        pieces = tuple(
+            ((Piece(None, 0, low),) if low else ())
+            + mine
+            + ((Piece(None, 0, high),) if high else ())
+            for mine in held.pieces
+        )
+        return Windows(held.source, dim, pieces)
+
+    def _select(self, node: Node, dim: int | None) -> Windows | None:
         predicate = self._device_scalar(node.operands[0])
-        on_true, on_false = (self.of(o) for o in node.operands[1:])
+        if dim is None:  # the dim of whichever operand decides its own
+            dim = next((w.dim for o in node.operands[1:] if (w := self.of(o)) is not None), None)
+        on_true, on_false = (self.of(o, dim) for o in node.operands[1:])
         if predicate is None or on_true is None or on_false is None:
             return None
         if (on_true.source, on_true.dim) != (on_false.source, on_false.dim):
@@ -166,7 +188,7 @@ class _WindowReader:
         )
         return Windows(on_true.source, on_true.dim, pieces)
 
-    def _slice_at(self, node: Node) -> Windows | None:
+    def _slice_at(self, node: Node, _: int | None) -> Windows | None:
         dim, size = node.attrs["dim"], node.attrs["size"]
         held = self.of(node.operands[0], dim)
         offsets = self.scalars.of(node.operands[1])
@@ -175,7 +197,7 @@ class _WindowReader:
         length = self.graph.node(node.operands[0]).shape[dim]
         return _cut_clamped(held, offsets, length, size)
 
-    def _dynamic_slice(self, node: Node) -> Windows | None:
+    def _dynamic_slice(self, node: Node, _: int | None) -> Windows | None:
         """A dynamic slice cut along one dim only (the others whole, from 0) whose width
         does not divide the dim, so canonicalisation left it a dynamic slice: DeepSeek's
         latent `[kv | rope]` product, 288 entries a device, cut back to 256."""

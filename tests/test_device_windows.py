@@ -103,3 +103,48 @@ def test_a_module_that_names_no_device_count_is_not_evaluated_per_device(tmp_pat
     unnamed = DISTRIBUTED.replace("HloModule dist, num_partitions={devices}", "HloModule dist")
     assert unnamed != DISTRIBUTED
     assert _verify(tmp_path, "tp=2", unnamed) != "equivalent"
+
+
+# The same block reached as XLA reaches Phi-3's quarter of q at tp 4: a whole block handed on
+# (no dim of its own until the dynamic slice after it reads one), or a window padded back to
+# a block's width, picked per device, then cut at an offset from a table over the device id
+PICKED = """\
+HloModule dist, num_partitions=2
+ENTRY main {{
+  x = f32[16,6] parameter(0)
+  {moved}
+  pid = u32[] partition-id()
+  zero = u32[] constant(0)
+  first = pred[] compare(pid, zero), direction=EQ
+  pick = pred[16,6] broadcast(first), dimensions={{}}
+  picked = f32[16,6] select(pick, x, moved)
+  offsets = s32[2] constant({offsets})
+  at = s32[1] dynamic-slice(offsets, pid), dynamic_slice_sizes={{1}}
+  start = s32[] reshape(at)
+  row = s32[] constant(0)
+  ROOT y = f32[16,2] dynamic-slice(picked, row, start), dynamic_slice_sizes={{16,2}}
+}}
+"""
+WHOLE = "moved = f32[16,6] collective-permute(x), source_target_pairs={{0,1}}"
+PADDED = (
+    "next = f32[16,2] slice(x), slice={{[0:16], [4:6]}}\n"
+    "  sent = f32[16,2] collective-permute(next), source_target_pairs={{0,1}}\n"
+    "  nothing = f32[] constant(0)\n"
+    "  moved = f32[16,6] pad(sent, nothing), padding=0_0xWIDTHS"
+)
+
+
+@pytest.mark.parametrize(
+    "moved, offsets, proved",
+    [
+        (WHOLE, "{2, 4}", True),
+        (PADDED.replace("WIDTHS", "4_0"), "{2, 4}", True),
+        (WHOLE, "{2, 2}", False),  # device 1 cuts device 0's block at its own window
+        (PADDED.replace("WIDTHS", "2_2"), "{2, 4}", False),  # device 1's window is padding
+    ],
+    ids=["whole_block", "padded_window", "whole_block_wrong_offset", "padding_read"],
+)
+def test_a_block_handed_on_whole_or_padded_then_cut_per_device(tmp_path, moved, offsets, proved):
+    template = PICKED.format(moved=moved, offsets=offsets).replace("{", "{{").replace("}", "}}")
+    verdict = _verify(tmp_path, "tp=2", template)
+    assert (verdict == "equivalent") == proved, verdict

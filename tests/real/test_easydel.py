@@ -68,6 +68,11 @@ CASES = {  # the stored pair -> EasyDeL's mesh (dp, fsdp, ep, tp, sp)
     # Phi-3's fused [q | k | v] and [gate | up] products split over tp as one block: XLA
     # reshards each part with windows handed between the tp devices (device_windows.py)
     "phi3_fsdp2_tp2_sp2_mask": "dp=1,fsdp=2,ep=1,tp=2,sp=2",
+    # ... and at tp 4 (`--dims 1,1,1,4,1`): q's half of the fused product is two devices'
+    # blocks, so each device's quarter of q is a window of one of them: XLA hands whole
+    # blocks and a window padded back to a block's width between devices, and picks among
+    # them by tables over the device id
+    "phi3_tp4_mask": "dp=1,fsdp=1,ep=1,tp=4,sp=1",
     # Phi's LayerNorm on activations split over tp along the hidden dim: `rsqrt` times the
     # scale, both broadcast, sized only by the centred input they multiply
     "phi_fsdp2_tp2_sp2_mask": "dp=1,fsdp=2,ep=1,tp=2,sp=2",
@@ -181,6 +186,26 @@ def test_a_wrong_reshard_of_the_fused_parts_is_caught_at_the_cut(tmp_path, right
     assert report.verdict == "not_equivalent"
     first = report.suspects[0]
     assert first.file == "easydel/modules/phi3/modeling_phi3.py", (first.file, first.reason)
+
+
+@pytest.mark.parametrize(
+    "right, wrong",
+    [
+        # the window of q's second block handed to device 2 instead of from device 1
+        (
+            "collective-permute(%slice.22), channel_id=10, source_target_pairs={{1,3}}",
+            "collective-permute(%slice.22), channel_id=10, source_target_pairs={{0,3}}",
+        ),
+        # device 2 cutting its window at the second half of the block it received
+        ("s32[4]{0} constant({0, 32, 0, 32})", "s32[4]{0} constant({0, 32, 32, 32})"),
+    ],
+    ids=["window_from_wrong_device", "window_offset"],
+)
+def test_a_wrong_reshard_at_tp4_is_caught_at_the_cut(tmp_path, right, wrong):
+    report = _verify_edited("phi3_tp4_mask", right, wrong, tmp_path)
+    assert report.verdict == "not_equivalent"
+    first = report.suspects[0]
+    assert (first.file, first.line) == ("easydel/modules/phi3/modeling_phi3.py", 287), first
 
 
 @pytest.mark.parametrize("case", ["phi_fsdp2_tp2_sp2_mask", "opt_fsdp2_tp2_sp2_mask"])
