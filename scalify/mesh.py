@@ -38,7 +38,7 @@ class Mesh:
         sizes = dict(self.axes)
         total = 1
         for part in name.split(","):
-            axis, op, q = _sub_axis(part)
+            axis, op, q = sub_axis_parts(part)
             n = sizes[axis]
             total *= n if op is None else (n // q if op == "/" else q)
         return total
@@ -48,7 +48,7 @@ class Mesh:
         the most significant, as collectives over them order their devices)."""
         coords, value = self.coords(device), 0
         for part in name.split(","):
-            axis, op, q = _sub_axis(part)
+            axis, op, q = sub_axis_parts(part)
             c = (
                 coords[axis]
                 if op is None
@@ -96,6 +96,20 @@ class Mesh:
             )
             result.append(group)
         return tuple(result)
+
+    def other_axes(self, name: str) -> tuple[str, ...]:
+        """The axes that, with the axis or sub-axis `name`, place every device: the other
+        mesh axes, and for a sub-axis its twin (`a%q` for `a/q`)."""
+        axis, op, q = sub_axis_parts(name)
+        twin = () if op is None else (f"{axis}{'%' if op == '/' else '/'}{q}",)
+        return tuple(a for a in self.names if a != axis) + twin
+
+    def axis_groups(self, name: str) -> tuple[tuple[int, ...], ...]:
+        """The replica groups of one axis or sub-axis (`a/q`, `a%q`), each ordered by the
+        coordinate on it."""
+        if sub_axis_parts(name)[1] is None:
+            return self.groups((name,))
+        return _sub_axis_groups(self, name)
 
     @cached_property
     def _axis_sets(self) -> list[tuple[str, ...]]:
@@ -150,7 +164,23 @@ def _resolve(mesh: Mesh, groups, ordered: bool) -> str | None:
         have = _canonical(mesh.groups(combo), ordered)
         if have == wanted or (not every and wanted <= have):
             return ",".join(combo)
+    if every:  # groups of q neighbours along an axis, or the devices q apart along it
+        for axis, n in mesh.axes:
+            for q in (q for q in range(2, n) if n % q == 0):
+                for sub in sub_axes(axis, q):
+                    if _canonical(_sub_axis_groups(mesh, sub), ordered) == wanted:
+                        return sub
     return None
+
+
+def _sub_axis_groups(mesh: Mesh, sub: str) -> tuple[tuple[int, ...], ...]:
+    """The replica groups of a sub-axis: devices that differ only in their coordinate on it,
+    each group ordered by that coordinate."""
+    groups: dict[tuple, list[int]] = {}
+    for device in range(mesh.size):
+        key = tuple(mesh.coordinate(device, other) for other in mesh.other_axes(sub))
+        groups.setdefault(key, []).append(device)
+    return tuple(tuple(sorted(g, key=lambda d: mesh.coordinate(d, sub))) for g in groups.values())
 
 
 def sub_axes(axis: str, q: int) -> tuple[str, str]:
@@ -159,7 +189,7 @@ def sub_axes(axis: str, q: int) -> tuple[str, str]:
     return f"{axis}/{q}", f"{axis}%{q}"
 
 
-def _sub_axis(name: str) -> tuple[str, str | None, int]:
+def sub_axis_parts(name: str) -> tuple[str, str | None, int]:
     """(axis, "/" or "%" or None, q) for an axis name, a sub-axis name among them."""
     for op in ("/", "%"):
         if op in name:

@@ -1,8 +1,9 @@
 """The simulator's value representation, shared by the op declarations and every module that
 evaluates them.
 
-Floats are held in float64 so that a different summation order never looks like a bug;
-`convert` to a narrower float rounds through that type, so lost precision does show.
+Floats are held in float64 (complex numbers in complex128) so that a different summation
+order never looks like a bug; `convert` to a narrower float rounds through that type, so lost
+precision does show.
 Integers are int64 with HLO's truncating division; predicates are bool. This module imports
 nothing of Scalify's: the op registry (`scalify/ops/`) reads it, and the modules that read
 the registry may read it too without a circle.
@@ -40,6 +41,8 @@ def host(value, dtype: str) -> np.ndarray:
     """A value in the simulator's representation for `dtype`."""
     kind = dtype_class(dtype)
     array = np.asarray(value)
+    if dtype.startswith("c"):  # complex: both parts kept
+        return array.astype(np.complex128)
     if kind == "float":
         return array.astype(np.float64)
     if kind == "pred":

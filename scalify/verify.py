@@ -78,6 +78,7 @@ from .report.model import (
     Site,
     Suspect,
 )
+from .selected_blocks import with_selected_block_forms
 from .simulate import NotSimulable, simulate
 from .slice_views import with_slice_alternatives
 from .unit_broadcasts import with_paired_broadcast_forms, with_unit_broadcast_forms
@@ -327,6 +328,7 @@ def prove(
     """  # noqa: D401
     signatures: dict = {}
     dist = with_window_forms(dist, mesh)  # before the vocabulary: its literals are new
+    dist = with_selected_block_forms(dist, mesh)
     commands = vocabulary_facts(mesh, [base, dist]) + scaling_facts(mesh, [base, dist])
     base_ids, dist_ids = set(base.nodes), set(dist.nodes)
     parts = local_part_cuts(inputs, mesh)  # inputs related through their parts

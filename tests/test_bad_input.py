@@ -180,9 +180,9 @@ def test_a_gzipped_graph_that_is_no_gzip_is_refused(cli, tmp_path):
 
 
 def test_a_shard_map_region_in_an_unpartitioned_program_is_refused(cli, tmp_path):
-    """A global program holding a manual region (EasyDeL's shard_map attention) changes
-    shapes at SPMDFullToShardShape; its reshapes then disagree with the shapes Scalify reads,
-    which is a clean error naming the reshape, not an internal one."""
+    """A global program holding a manual region (EasyDeL's shard_map attention, Qwen3-Next's
+    linear attention) changes shapes at SPMDFullToShardShape: a clean error at that custom
+    call, not an identity whose shapes disagree with what reads it (an internal error)."""
     manual = tmp_path / "manual.hlo"
     manual.write_text(
         "HloModule m\n"
@@ -197,7 +197,7 @@ def test_a_shard_map_region_in_an_unpartitioned_program_is_refused(cli, tmp_path
         "}\n"
     )
     result = cli("verify", str(manual), str(manual), "--mesh", "tp=2")
-    assert_clean_error(result, "manual.hlo", "reshape `s`", "shard_map")
+    assert_clean_error(result, "manual.hlo:4:3", "custom-call `l`", "shard_map")
 
 
 @pytest.mark.parametrize(

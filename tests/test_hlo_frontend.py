@@ -581,3 +581,27 @@ def test_a_conditional_is_the_branch_its_index_or_predicate_picks(index, flag):
     branch = {0: x + x, 1: -x}.get(index, x + 1.0)
     expected = -branch if flag else x + x
     np.testing.assert_allclose(values[graph.outputs[0]], expected)
+
+
+def test_complex_literals_are_read_and_simulated() -> None:
+    """`c64[] constant((0, 1))` (JAX's `1j`, Llama 4's RoPE by complex rotation) is a literal
+    of both parts; a complex array literal is a list of such pairs. The simulator keeps both
+    parts."""
+    from scalify.simulate.kernels import apply
+
+    text = (
+        "HloModule m\n"
+        "ENTRY main {\n"
+        "  x = c64[2] parameter(0)\n"
+        "  i = c64[] constant((0, 1))\n"
+        "  b = c64[2] broadcast(i), dimensions={}\n"
+        "  t = c64[2] constant({(1, 0), (0, -2.5)})\n"
+        "  m = c64[2] multiply(x, b)\n"
+        "  ROOT y = c64[2] add(m, t)\n"
+        "}\n"
+    )
+    g = parse_hlo(text, "complex.hlo")
+    i = next(n for n in g.nodes.values() if n.name == "i")
+    t = next(n for n in g.nodes.values() if n.name == "t")
+    assert apply(i, [], []).item() == 1j
+    assert list(apply(t, [], [])) == [1 + 0j, -2.5j]

@@ -21,7 +21,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from scalify.ir import Graph, Node, place_after
-from scalify.mesh import Mesh, sub_axes
+from scalify.mesh import Mesh, sub_axes, sub_axis_parts
+from scalify.ops import COLLECTIVES
+from scalify.ops.collectives import collective_axes
 
 from .encode import egg_string, node_ref
 from .signature import node_signature
@@ -61,9 +63,23 @@ def sub_axis_facts(base: Graph, dist: Graph, mesh: Mesh) -> list[str]:
                 )
                 if "%" in inner:
                     declared.add((inner.split("%")[0], q))
-    if not any(f.startswith("(SubView") for f in facts):
+    named = _named_by_collectives(dist, mesh)
+    if not named and not any(f.startswith("(SubView") for f in facts):
         return []
-    return _declarations(declared, mesh) + facts
+    return _declarations(declared | named, mesh) + facts
+
+
+def _named_by_collectives(dist: Graph, mesh: Mesh) -> set[tuple[str, int]]:
+    """The sub-axes whose groups a collective runs over (an all-reduce completing a sum
+    over the devices of one KV head's group: Gemma 4 at tp 4), as (axis, q)."""
+    named = set()
+    for node in dist.nodes.values():
+        if node.op in COLLECTIVES and node.op != "collective_permute":
+            for part in collective_axes(node, mesh).split(","):
+                axis, op, q = sub_axis_parts(part)
+                if op is not None:
+                    named.add((axis, q))
+    return named
 
 
 def with_sub_view_forms(dist: Graph, base: Graph, mesh: Mesh) -> Graph:

@@ -923,7 +923,22 @@ class _Lowering:
             if target == "xla.sdy.LocalToGlobalShape":
                 self.record_out_shardings(ins, vals)
             if len(vals) == 1 and isinstance(ins.shape, _Array):
-                return vals[0]
+                value = vals[0]
+                entering = target == "SPMDFullToShardShape"  # a global value made a device's
+                if (
+                    entering
+                    and isinstance(value, int)
+                    and self.nodes[value].shape != ins.shape.dims
+                ):
+                    raise self.error(
+                        f"custom-call `{ins.name}` ({target}) turns "
+                        f"{list(self.nodes[value].shape)} into {list(ins.shape.dims)}: the "
+                        "edge of a manual (shard_map) region in a program the partitioner "
+                        "has not run on, whose shapes inside are a device's; give Scalify "
+                        "the partitioned module (XLA's dump after spmd-partitioning)",
+                        ins.token,
+                    )
+                return value
             return tuple(vals)
         if target == "xla.sdy.GlobalToLocalShape":
             return self.global_to_local(ins, vals, loc, fop)

@@ -44,6 +44,8 @@ def _constant(node, args) -> np.ndarray:
     if is_elided(text):
         return _stand_in(node)
     values = [float(t) if t not in ("true", "false") else t == "true" for t in tokens]
+    if node.dtype.startswith("c"):  # `(re, im)` pairs
+        values = [complex(re, im) for re, im in zip(values[::2], values[1::2], strict=False)]
     size = int(np.prod(node.shape)) if node.shape else 1
     if len(values) != size:
         raise NotSimulable(f"constant literal {text[:40]!r} does not fill shape {node.shape}")

@@ -31,6 +31,8 @@ def random_input(node: Node, rng: np.random.Generator) -> np.ndarray:
         return rng.random(node.shape) < 0.5
     if node.dtype.startswith(("f", "bf")):
         return rng.standard_normal(node.shape)
+    if node.dtype.startswith("c"):
+        return rng.standard_normal(node.shape) + 1j * rng.standard_normal(node.shape)
     if "assumed_range" in node.attrs:  # a lookup index: only values in range are meant
         lo, hi = node.attrs["assumed_range"]
         return host(rng.integers(lo, hi + 1, size=node.shape), node.dtype)
@@ -208,8 +210,8 @@ class Mismatch:
     output: int
     device: int
     index: tuple[int, ...]
-    expected: float
-    found: float
+    expected: float | complex
+    found: float | complex
     max_abs_diff: float
     shapes: tuple | None = None  # (required, found) when the shapes differ
 
@@ -263,8 +265,10 @@ def compare_output(
                 float("inf"),
                 shapes=(want.shape, got.shape),
             )
-        if want.dtype.kind == "f" or got.dtype.kind == "f":
-            w, g = want.astype(np.float64), got.astype(np.float64)
+        kinds = {want.dtype.kind, got.dtype.kind}
+        if kinds & {"f", "c"}:
+            held = np.complex128 if "c" in kinds else np.float64
+            w, g = want.astype(held), got.astype(held)
             close = np.isclose(
                 g,
                 w,
@@ -281,7 +285,7 @@ def compare_output(
             diff = np.abs(w.astype(np.float64) - g.astype(np.float64))
             finite = diff[np.isfinite(diff)]
             largest = float(finite.max()) if finite.size else float("nan")
-            return Mismatch(index, device, bad, float(w[bad]), float(g[bad]), largest)
+            return Mismatch(index, device, bad, w[bad].item(), g[bad].item(), largest)
     return None
 
 

@@ -73,6 +73,11 @@ CASES = {  # the stored pair -> EasyDeL's mesh (dp, fsdp, ep, tp, sp)
     # blocks and a window padded back to a block's width between devices, and picks among
     # them by tables over the device id
     "phi3_tp4_mask": "dp=1,fsdp=1,ep=1,tp=4,sp=1",
+    # Gemma 4 at tp 4 (its own config, below): each layer's input taken at a constant layer
+    # index of a dim split over a sub-axis of tp, as XLA writes it (one device of each group
+    # keeps its block, maybe handed on by a permute, the others zeros, an all-reduce over
+    # the group), and norms completed by an all-reduce over the sub-axis's groups
+    "gemma4_tp4_mask": "dp=1,fsdp=1,ep=1,tp=4,sp=1",
     # Phi's LayerNorm on activations split over tp along the hidden dim: `rsqrt` times the
     # scale, both broadcast, sized only by the centred input they multiply
     "phi_fsdp2_tp2_sp2_mask": "dp=1,fsdp=2,ep=1,tp=2,sp=2",
@@ -206,6 +211,27 @@ def test_a_wrong_reshard_at_tp4_is_caught_at_the_cut(tmp_path, right, wrong):
     assert report.verdict == "not_equivalent"
     first = report.suspects[0]
     assert (first.file, first.line) == ("easydel/modules/phi3/modeling_phi3.py", 287), first
+
+
+@pytest.mark.parametrize(
+    "right, wrong",
+    [
+        # layer 1's input handed from the devices of group 0 instead of group 1
+        (
+            "collective-permute(%mul.606), channel_id=24, source_target_pairs={{2,0},{3,1}}",
+            "collective-permute(%mul.606), channel_id=24, source_target_pairs={{0,2},{1,3}}",
+        ),
+        # the kept device chosen by its place in the group, not by its group
+        ("u32[4]{0} constant({0, 0, 1, 1})", "u32[4]{0} constant({0, 1, 0, 1})"),
+    ],
+    ids=["block_from_wrong_group", "kept_by_wrong_sub_axis"],
+)
+def test_a_wrong_layer_input_is_caught_at_its_index(tmp_path, right, wrong):
+    """`per_layer_inputs[:, :, idx, :]` in Gemma 4's decoder loop, as XLA partitions it."""
+    report = _verify_edited("gemma4_tp4_mask", right, wrong, tmp_path)
+    assert report.verdict == "not_equivalent"
+    first = report.suspects[0]
+    assert (first.file, first.line) == ("easydel/modules/gemma4/modeling_gemma4.py", 2574), first
 
 
 @pytest.mark.parametrize("case", ["phi_fsdp2_tp2_sp2_mask", "opt_fsdp2_tp2_sp2_mask"])

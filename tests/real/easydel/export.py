@@ -6,8 +6,9 @@ own partition rules and partitioned by XLA, with both programs dumped for Scalif
     python tests/real/easydel/export.py OUT --dims 1,2,1,2,2 --mask --family Gemma2 \
         --config '{"head_dim": 16}'
 
-`--family NAME`: EasyDeL's `NAMEConfig` and `NAMEForCausalLM`, given the same tiny sizes;
-`--config`: more of that config's fields, as JSON.
+`--family NAME`: EasyDeL's `NAMEConfig` (`NAMETextConfig` where there is one) and
+`NAMEForCausalLM`, given the same tiny sizes; `--config`: more of that config's fields, as
+JSON, in the family's own names (GPT-J's `n_layer`, `n_embd`), a null dropping a tiny one.
 
 `--mask`: the forward is also given `attention_mask` and `position_ids`, as training batches
 pass them (the `*_mask_*` pairs); without, EasyDeL computes the positions with a scan.
@@ -97,8 +98,11 @@ def _export(dims: tuple[int, ...], mask: bool, family: str, fields: dict) -> Non
         "num_key_value_heads": 4,
         "max_position_embeddings": 64,
     }
-    config = getattr(ed, f"{family}Config")(
-        **{**tiny, **fields},
+    # a family with a text config of its own (Gemma 3 and 4, Llama 4) takes that one; a
+    # field given as null drops the tiny default (Falcon's KV heads are `num_kv_heads`)
+    config_class = getattr(ed, f"{family}TextConfig", None) or getattr(ed, f"{family}Config")
+    config = config_class(
+        **{k: v for k, v in {**tiny, **fields}.items() if v is not None},
         sharding_axis_dims=dims,
         sharding_axis_names=("dp", "fsdp", "ep", "tp", "sp"),
         attn_mechanism="vanilla",
@@ -115,6 +119,12 @@ def _export(dims: tuple[int, ...], mask: bool, family: str, fields: dict) -> Non
     with mesh:
         model = model.shard_model()
         graphdef, graphstate, graphother = model.split_module()
+        # a weight no partition rule names (Gemma 4's `layer_scalar`) stays on one device:
+        # replicated, as a rule would place it
+        graphstate, graphother = (
+            jax.tree_util.tree_map(lambda x: _replicated_if_unplaced(x, mesh), tree)
+            for tree in (graphstate, graphother)
+        )
         state_shardings = jax.tree_util.tree_map(lambda x: x.sharding, graphstate)
         other_shardings = jax.tree_util.tree_map(lambda x: x.sharding, graphother)
         axes = config.partition_axis
@@ -140,6 +150,17 @@ def _export(dims: tuple[int, ...], mask: bool, family: str, fields: dict) -> Non
         shardings = (state_shardings, other_shardings) + (tokens_sharding,) * (1 + len(extra))
         jitted = jax.jit(forward, in_shardings=shardings)
         jitted.lower(graphstate, graphother, tokens, *extra).compile()
+
+
+def _replicated_if_unplaced(leaf, mesh):
+    """A state leaf the partition rules gave no sharding over the mesh, replicated over it."""
+    import jax
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    if isinstance(leaf, jax.Array) and not isinstance(leaf.sharding, NamedSharding):
+        return jax.device_put(leaf, NamedSharding(mesh, P()))
+    return leaf
 
 
 if __name__ == "__main__":
