@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 from conftest import REPO
-
 from scalify.compiler.compile import compile_rule_dir
+
 from scalify.engine import egraph
 from scalify.prelude_fuzz import PRELUDE_RULES, fuzz_prelude
 
