@@ -305,7 +305,15 @@ def _explain(
             "the parts the value was built from (split sizes from the wrong dimension?)",
             False,
         )
-    if node.op == "split" and any(p.dim == node.attrs["dim"] for p in shards):
+    # a split whose outer part is one entry a device, or a merge of such a dim, only inserts
+    # or removes a unit dim (a broadcast to a device's one row of a batch, read as a
+    # reshape): the block stays whole, so no misplaced shard is certain there
+    unit_outer = (
+        node.shape[node.attrs["dim"]] == 1
+        if node.op == "split"
+        else node.op == "merge" and dist.node(node.operands[0]).shape[node.attrs["dim"]] == 1
+    )
+    if node.op == "split" and not unit_outer and any(p.dim == node.attrs["dim"] for p in shards):
         return Explanation(
             f"reshape splits the sharded dim {node.attrs['dim']} so that its inner part has "
             f"{node.attrs['inner']} elements per device: the shard no longer lands on the "
@@ -313,7 +321,11 @@ def _explain(
             "head_dim swapped)",
             True,
         )
-    if node.op == "merge" and any(p.dim == node.attrs["dim"] + 1 for p in shards):
+    if (
+        node.op == "merge"
+        and not unit_outer
+        and any(p.dim == node.attrs["dim"] + 1 for p in shards)
+    ):
         return Explanation(
             f"reshape merges dims {node.attrs['dim']} and {node.attrs['dim'] + 1}, but the "
             "sharded one is the inner dim: the merged dim is not one block per device",

@@ -78,6 +78,11 @@ CASES = {  # the stored pair -> EasyDeL's mesh (dp, fsdp, ep, tp, sp)
     # keeps its block, maybe handed on by a permute, the others zeros, an all-reduce over
     # the group), and norms completed by an all-reduce over the sub-axis's groups
     "gemma4_tp4_mask": "dp=1,fsdp=1,ep=1,tp=4,sp=1",
+    # Mixtral's experts computed densely (`--config '{"num_local_experts": 4,
+    # "num_experts_per_tok": 2, "moe_method": "dense_moe"}'`): the tokens' rows, split over
+    # fsdp and sp as one, split back into a device's one row of the batch and its block of
+    # the sequence
+    "mixtral_dense_fsdp2_tp2_sp2_mask": "dp=1,fsdp=2,ep=1,tp=2,sp=2",
     # Phi's LayerNorm on activations split over tp along the hidden dim: `rsqrt` times the
     # scale, both broadcast, sized only by the centred input they multiply
     "phi_fsdp2_tp2_sp2_mask": "dp=1,fsdp=2,ep=1,tp=2,sp=2",
@@ -211,6 +216,18 @@ def test_a_wrong_reshard_at_tp4_is_caught_at_the_cut(tmp_path, right, wrong):
     assert report.verdict == "not_equivalent"
     first = report.suspects[0]
     assert (first.file, first.line) == ("easydel/modules/phi3/modeling_phi3.py", 287), first
+
+
+def test_an_experts_unreduced_output_is_caught_in_the_moe(tmp_path):
+    """The all-reduce completing the experts' down projection (partial over tp) taken out."""
+    right = (
+        "%all-reduce.6 = f32[8,2,128]{2,1,0} all-reduce(%dot.10), channel_id=45, "
+        "replica_groups=[4,2]<=[2,2,2]T(0,2,1), use_global_device_ids=true, to_apply=%add.3.clone"
+    )
+    wrong = "%all-reduce.6 = f32[8,2,128]{2,1,0} copy(%dot.10)"
+    report = _verify_edited("mixtral_dense_fsdp2_tp2_sp2_mask", right, wrong, tmp_path)
+    assert report.verdict == "not_equivalent"
+    assert report.suspects[0].file == "easydel/layers/moe/_moe_module.py", report.suspects[0]
 
 
 @pytest.mark.parametrize(
