@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
+from .broadcast_blocks import with_broadcast_block_forms
 from .canonicalize import canonicalize
 from .chunk_axes import CHUNK_AXIS, lift_chunk_axis
 from .compiler.compile import CompiledRuleSet, compile_rule_dir
@@ -327,9 +328,8 @@ def prove(
     not proved equal to their baseline are then asked whether they are a multiple of it.
     """  # noqa: D401
     signatures: dict = {}
-    dist = with_window_forms(dist, mesh)  # before the vocabulary: its literals are new
+    dist = with_window_forms(dist, mesh)
     dist = with_selected_block_forms(dist, mesh)
-    commands = vocabulary_facts(mesh, [base, dist]) + scaling_facts(mesh, [base, dist])
     base_ids, dist_ids = set(base.nodes), set(dist.nodes)
     parts = local_part_cuts(inputs, mesh)  # inputs related through their parts
     base, dist, inputs = with_part_views(base, dist, inputs, mesh)
@@ -338,6 +338,9 @@ def prove(
     base = with_paired_broadcast_forms(base)
     dist = with_paired_broadcast_forms(with_unit_broadcast_forms(dist))
     dist = with_sub_view_forms(dist, base, mesh)
+    dist = with_broadcast_block_forms(dist, base, mesh)
+    # the vocabulary last: the equal forms above bring literals and ops of their own
+    commands = vocabulary_facts(mesh, [base, dist]) + scaling_facts(mesh, [base, dist])
     commands += GraphEncoder(base, "b", mesh, signatures).commands()
     commands += GraphEncoder(dist, "d", mesh, signatures).commands()
     commands += signature_facts(signatures)

@@ -83,6 +83,9 @@ CASES = {  # the stored pair -> EasyDeL's mesh (dp, fsdp, ep, tp, sp)
     # fsdp and sp as one, split back into a device's one row of the batch and its block of
     # the sequence
     "mixtral_dense_fsdp2_tp2_sp2_mask": "dp=1,fsdp=2,ep=1,tp=2,sp=2",
+    # Mistral with a sliding window of 4 (`--config '{"sliding_window": 4}'`): the window's
+    # mask, the same for every row of the batch, broadcast to a device's one row of it
+    "mistral_sw4_fsdp2_tp2_sp2_mask": "dp=1,fsdp=2,ep=1,tp=2,sp=2",
     # Phi's LayerNorm on activations split over tp along the hidden dim: `rsqrt` times the
     # scale, both broadcast, sized only by the centred input they multiply
     "phi_fsdp2_tp2_sp2_mask": "dp=1,fsdp=2,ep=1,tp=2,sp=2",
@@ -216,6 +219,16 @@ def test_a_wrong_reshard_at_tp4_is_caught_at_the_cut(tmp_path, right, wrong):
     assert report.verdict == "not_equivalent"
     first = report.suspects[0]
     assert (first.file, first.line) == ("easydel/modules/phi3/modeling_phi3.py", 287), first
+
+
+def test_a_window_of_another_width_is_caught_at_the_mask(tmp_path):
+    """The sliding window's left edge, `row - 4`, computed as `row - 3`."""
+    right = "%constant.48.clone = s32[] constant(4)"
+    wrong = "%constant.48.clone = s32[] constant(3)"
+    report = _verify_edited("mistral_sw4_fsdp2_tp2_sp2_mask", right, wrong, tmp_path)
+    assert report.verdict == "not_equivalent"
+    first = report.suspects[0]
+    assert (first.file, first.line) == ("easydel/layers/attention/_flexible.py", 1052), first
 
 
 def test_an_experts_unreduced_output_is_caught_in_the_moe(tmp_path):

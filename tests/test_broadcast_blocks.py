@@ -1,0 +1,53 @@
+"""A broadcast to a device's rows of a new dim (a mask the same for every row of a batch
+split over dp) is the device's block of the baseline's broadcast to all the rows
+(scalify/broadcast_blocks.py); a broadcast to rows the split does not give is not."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import REPO
+
+from scalify.verify import verify_files
+
+BASELINE = """\
+HloModule base
+ENTRY main {{
+  x = f32[4] parameter(0)
+  ROOT y = f32[{rows},4] broadcast(x), dimensions={{1}}
+}}
+"""
+
+DISTRIBUTED = """\
+HloModule dist, num_partitions=2
+ENTRY main {{
+  x = f32[4] parameter(0)
+  ROOT y = f32[{rows},4] broadcast(x), dimensions={{1}}
+}}
+"""
+
+
+@pytest.mark.parametrize(
+    "base_rows, dist_rows, layout, proved",
+    [
+        (2, 1, "shard(0, dp)", True),
+        (4, 2, "shard(0, dp)", True),
+        (3, 1, "shard(0, dp)", False),  # three rows are no two blocks of one
+        (2, 1, "replicate", False),  # one row is not both
+    ],
+    ids=["one_row_each", "two_rows_each", "rows_that_do_not_split", "not_replicated"],
+)
+def test_a_broadcast_to_a_devices_rows_is_its_block(tmp_path, base_rows, dist_rows, layout, proved):
+    (tmp_path / "base.hlo").write_text(BASELINE.format(rows=base_rows))
+    (tmp_path / "dist.hlo").write_text(DISTRIBUTED.format(rows=dist_rows))
+    relations = {"inputs": {"x": "replicate"}, "outputs": [layout]}
+    (tmp_path / "rel.json").write_text(json.dumps(relations))
+    report = verify_files(
+        str(tmp_path / "base.hlo"),
+        str(tmp_path / "dist.hlo"),
+        REPO / "rules",
+        mesh="dp=2",
+        relations=str(tmp_path / "rel.json"),
+    )
+    assert (report.verdict == "equivalent") == proved, report.verdict
