@@ -101,6 +101,23 @@ def exported_programs(folder: str):
     return programs
 
 
+def verify_texts(folder: Path, baseline: str, distributed: str, relations: dict, mesh: str):
+    """The report of verifying two HLO texts under a relations file, all three written into
+    `folder` (`base.hlo`, `dist.hlo`, `rel.json`), with the shipped rules."""
+    from scalify.verify import verify_files
+
+    (folder / "base.hlo").write_text(baseline)
+    (folder / "dist.hlo").write_text(distributed)
+    (folder / "rel.json").write_text(json.dumps(relations))
+    return verify_files(
+        str(folder / "base.hlo"),
+        str(folder / "dist.hlo"),
+        REPO / "rules",
+        mesh=mesh,
+        relations=str(folder / "rel.json"),
+    )
+
+
 def rules_with(folder: Path, name: str, text: str) -> Path:
     """A rules folder at `folder`: the shipped rules plus one file `name` holding `text` (a
     user's own declarations, as a scratch rules folder holds them)."""

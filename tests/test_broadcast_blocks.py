@@ -4,12 +4,8 @@ split over dp) is the device's block of the baseline's broadcast to all the rows
 
 from __future__ import annotations
 
-import json
-
 import pytest
-from conftest import REPO
-
-from scalify.verify import verify_files
+from conftest import verify_texts
 
 BASELINE = """\
 HloModule base
@@ -39,15 +35,11 @@ ENTRY main {{
     ids=["one_row_each", "two_rows_each", "rows_that_do_not_split", "not_replicated"],
 )
 def test_a_broadcast_to_a_devices_rows_is_its_block(tmp_path, base_rows, dist_rows, layout, proved):
-    (tmp_path / "base.hlo").write_text(BASELINE.format(rows=base_rows))
-    (tmp_path / "dist.hlo").write_text(DISTRIBUTED.format(rows=dist_rows))
-    relations = {"inputs": {"x": "replicate"}, "outputs": [layout]}
-    (tmp_path / "rel.json").write_text(json.dumps(relations))
-    report = verify_files(
-        str(tmp_path / "base.hlo"),
-        str(tmp_path / "dist.hlo"),
-        REPO / "rules",
-        mesh="dp=2",
-        relations=str(tmp_path / "rel.json"),
+    report = verify_texts(
+        tmp_path,
+        BASELINE.format(rows=base_rows),
+        DISTRIBUTED.format(rows=dist_rows),
+        {"inputs": {"x": "replicate"}, "outputs": [layout]},
+        "dp=2",
     )
     assert (report.verdict == "equivalent") == proved, report.verdict

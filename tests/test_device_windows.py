@@ -6,13 +6,10 @@ permute, a wrong window and a window taken across another mesh axis are not."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
-from conftest import REPO
-
-from scalify.verify import verify_files
+from conftest import verify_texts
 
 BASELINE = """\
 HloModule base
@@ -49,18 +46,9 @@ TWO_AXES = dict(devices=4, rows=8, pairs="{{0,1},{2,3}}", coordinate="remainder(
 
 def _verify(tmp_path: Path, mesh: str, template: str = DISTRIBUTED, **fields) -> str:
     fields = {**ONE_AXIS, "direction": "EQ", **fields}
-    (tmp_path / "base.hlo").write_text(BASELINE)
-    (tmp_path / "dist.hlo").write_text(template.format(**fields))
     layout = "shard(0, dp) shard(1, tp)" if "dp" in mesh else "shard(1, tp)"
     relations = {"inputs": {"x": layout}, "outputs": [layout]}
-    (tmp_path / "rel.json").write_text(json.dumps(relations))
-    report = verify_files(
-        str(tmp_path / "base.hlo"),
-        str(tmp_path / "dist.hlo"),
-        REPO / "rules",
-        mesh=mesh,
-        relations=str(tmp_path / "rel.json"),
-    )
+    report = verify_texts(tmp_path, BASELINE, template.format(**fields), relations, mesh)
     return report.verdict
 
 

@@ -4,14 +4,8 @@ sum of copies that is not the fill."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
-from conftest import REPO
-
-from scalify.verify import verify_files
-
-REPO_RULES = str(REPO / "rules")
+from conftest import verify_texts
 
 
 def _hlo(shape: str, value: str) -> str:
@@ -35,14 +29,7 @@ def _hlo(shape: str, value: str) -> str:
     ],
 )
 def test_a_fill_is_any_layout_that_fits(tmp_path, base_value, local, value, layout, verdict):
-    (tmp_path / "base.hlo").write_text(_hlo("8,4", base_value))
-    (tmp_path / "dist.hlo").write_text(_hlo(local, value))
-    (tmp_path / "rel.json").write_text(json.dumps({"outputs": [layout]}))
-    report = verify_files(
-        str(tmp_path / "base.hlo"),
-        str(tmp_path / "dist.hlo"),
-        REPO_RULES,
-        mesh="tp=2",
-        relations=str(tmp_path / "rel.json"),
+    report = verify_texts(
+        tmp_path, _hlo("8,4", base_value), _hlo(local, value), {"outputs": [layout]}, "tp=2"
     )
     assert report.verdict == verdict, report.outputs

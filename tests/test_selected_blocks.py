@@ -7,12 +7,8 @@ over more than the group are not."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
-from conftest import REPO
-
-from scalify.verify import verify_files
+from conftest import verify_texts
 
 BASELINE = """\
 HloModule base
@@ -27,9 +23,9 @@ ENTRY main {{
 DISTRIBUTED = """\
 HloModule dist, num_partitions=4
 ENTRY main {{
+  pid = u32[] partition-id()
   x = f32[8,1] parameter(0)
   {held}
-  pid = u32[] partition-id()
   coords = u32[4] constant({{0, 1, 0, 1}})
   at = u32[1] dynamic-slice(coords, pid), dynamic_slice_sizes={{1}}
   coord = u32[] reshape(at)
@@ -57,18 +53,11 @@ RIGHT = dict(held=OWN, kept=0, fill=0, direction="EQ", groups="{{0,1},{2,3}}", k
 def _verdict(tmp_path, **changes) -> str:
     fields = {**RIGHT, **changes}
     fields["k1"] = fields["k"] + 1
-    (tmp_path / "base.hlo").write_text(BASELINE.format(**fields))
-    # the module is written in two steps: `held` holds braces of its own
+    # the module is formatted in two steps: `held` holds braces of its own
     text = DISTRIBUTED.replace("{held}", fields.pop("held").replace("{", "{{").replace("}", "}}"))
-    (tmp_path / "dist.hlo").write_text(text.format(**fields))
     relations = {"inputs": {"x": "shard(1, tp)"}, "outputs": ["replicate"]}
-    (tmp_path / "rel.json").write_text(json.dumps(relations))
-    report = verify_files(
-        str(tmp_path / "base.hlo"),
-        str(tmp_path / "dist.hlo"),
-        REPO / "rules",
-        mesh="dp=2,tp=2",
-        relations=str(tmp_path / "rel.json"),
+    report = verify_texts(
+        tmp_path, BASELINE.format(**fields), text.format(**fields), relations, "dp=2,tp=2"
     )
     return report.verdict
 
