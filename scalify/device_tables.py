@@ -359,6 +359,14 @@ class DeviceScalars:
             self.cache[node_id] = self._evaluate(node_id)
         return self.cache[node_id]
 
+    def spread(self, node_id: int) -> list | None:
+        """The value on each device of one the same over the whole node (a scalar, or a
+        broadcast of one: a select's predicate), or None."""
+        node = self.graph.node(node_id)
+        if node.op == "broadcast" and not node.attrs.get("dims"):
+            node_id = node.operands[0]
+        return self.of(node_id)
+
     def _evaluate(self, node_id: int) -> list | None:
         if self.devices > MAX_DEVICES or not self._computable(node_id, set()):
             return None

@@ -29,6 +29,7 @@ from .coordinate_form import device_coordinate
 from .device_tables import DeviceScalars
 from .ir import Graph, Node, place_after
 from .mesh import Mesh
+from .ops.structural import one_dim_pad
 
 # the ops a window chain is made of (the first one met that is none of these is its source)
 CHAIN = frozenset(
@@ -154,16 +155,12 @@ class _WindowReader:
         """A pad along one dim (no interior padding, no crop): the padding is no entry of
         the source (a piece of no device), so a window that keeps any of it is no block.
         XLA pads a window it handed on back to the width it selects among (Phi-3 at tp 4)."""
-        widths = [
-            [int(n) for n in spec.split("_")] for spec in str(node.attrs["padding"]).split("x")
-        ]
-        grown = [d for d, w in enumerate(widths) if any(w)]
-        if len(grown) != 1 or len(widths[grown[0]]) > 2 and widths[grown[0]][2]:
+        found = one_dim_pad(node)
+        if found is None:
             return None
-        (dim,) = grown
-        low, high = widths[dim][:2]
+        dim, low, high = found
         held = self.of(node.operands[0], dim)
-        if held is None or low < 0 or high < 0:
+        if held is None:
             return None
         pieces = tuple(
             ((Piece(None, 0, low),) if low else ())
@@ -174,7 +171,7 @@ class _WindowReader:
         return Windows(held.source, dim, pieces)
 
     def _select(self, node: Node, dim: int | None) -> Windows | None:
-        predicate = self._device_scalar(node.operands[0])
+        predicate = self.scalars.spread(node.operands[0])
         if dim is None:  # the dim of whichever operand decides its own
             dim = next((w.dim for o in node.operands[1:] if (w := self.of(o)) is not None), None)
         on_true, on_false = (self.of(o, dim) for o in node.operands[1:])
@@ -219,14 +216,6 @@ class _WindowReader:
         if held is None:
             return None
         return _cut_clamped(held, offsets[dim], operand.shape[dim], sizes[dim])
-
-    def _device_scalar(self, node_id: int) -> list | None:
-        """The value of a predicate the same over the whole operand on each device (a
-        scalar, or a broadcast of one)."""
-        node = self.graph.node(node_id)
-        if node.op == "broadcast" and not node.attrs.get("dims"):
-            node_id = node.operands[0]
-        return self.scalars.of(node_id)
 
 
 def _cut_clamped(held: Windows, offsets: list, length: int, size: int) -> Windows | None:
@@ -314,7 +303,7 @@ def _form(graph: Graph, node: Node, block: Block, mesh: Mesh, next_id: int) -> l
     nodes in order, the form last."""
     source, dim, axis, start = block.source, block.dim, block.axis, block.start
     n, width = mesh.axis_size(axis), node.shape[dim]
-    stride = mesh.size // _prefix_size(mesh, axis)
+    stride = mesh.stride(axis)
     made: list[Node] = []
 
     def add(op: str, operands: tuple[int, ...], shape, dtype: str, attrs: dict) -> int:
@@ -364,13 +353,3 @@ def _form(graph: Graph, node: Node, block: Block, mesh: Mesh, next_id: int) -> l
         {"dim": dim, "size": width, "parts": n},
     )
     return [m.id for m in made]
-
-
-def _prefix_size(mesh: Mesh, axis: str) -> int:
-    """The product of the sizes of the axes up to and including `axis` (mesh order)."""
-    size = 1
-    for name, n in mesh.axes:
-        size *= n
-        if name == axis:
-            return size
-    raise KeyError(axis)

@@ -104,6 +104,11 @@ class Mesh:
         twin = () if op is None else (f"{axis}{'%' if op == '/' else '/'}{q}",)
         return tuple(a for a in self.names if a != axis) + twin
 
+    def group_of(self, device: int, name: str) -> tuple[int, ...]:
+        """What the devices of `device`'s group along the axis or sub-axis `name` share:
+        their coordinates on the other axes."""
+        return tuple(self.coordinate(device, other) for other in self.other_axes(name))
+
     def axis_groups(self, name: str) -> tuple[tuple[int, ...], ...]:
         """The replica groups of one axis or sub-axis (`a/q`, `a%q`), each ordered by the
         coordinate on it."""
@@ -178,8 +183,7 @@ def _sub_axis_groups(mesh: Mesh, sub: str) -> tuple[tuple[int, ...], ...]:
     each group ordered by that coordinate."""
     groups: dict[tuple, list[int]] = {}
     for device in range(mesh.size):
-        key = tuple(mesh.coordinate(device, other) for other in mesh.other_axes(sub))
-        groups.setdefault(key, []).append(device)
+        groups.setdefault(mesh.group_of(device, sub), []).append(device)
     return tuple(tuple(sorted(g, key=lambda d: mesh.coordinate(d, sub))) for g in groups.values())
 
 

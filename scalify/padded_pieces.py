@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from .ir import Graph, Node, replace_nodes
 from .literal_folding import fill_value
+from .ops.structural import one_dim_pad
 
 Piece = tuple[int, int, int, int]  # (dim, start, width, node id of the unpadded piece)
 
@@ -64,22 +65,10 @@ def _piece(graph: Graph, node: Node) -> Piece | None:
     value = fill_value(graph.nodes[node.operands[1]], graph.nodes)
     if value is None or float(value) != 0.0:
         return None
-    try:
-        widths = [
-            tuple(int(n) for n in spec.split("_"))
-            for spec in str(node.attrs.get("padding", "")).split("x")
-        ]
-    except ValueError:
+    found = one_dim_pad(node)
+    if found is None:
         return None
-    if len(widths) != len(node.shape) or any(len(w) not in (2, 3) for w in widths):
-        return None
-    padded = [d for d, w in enumerate(widths) if any(w)]
-    if len(padded) != 1 or any(n < 0 for n in widths[padded[0]]):
-        return None
-    (dim,) = padded
-    low, high, *interior = widths[dim]
-    if interior and interior[0]:
-        return None
+    dim, low, high = found
     return dim, low, node.shape[dim] - low - high, node.operands[0]
 
 

@@ -2,7 +2,8 @@
 
 The rule files' rules are fuzzed from their own patterns (`fuzz.py`). The rules that live in
 `engine/prelude.egg` because they read facts the engine computes (the sub-axis pairing of
-`engine/sub_axes.py`, the iota facts of a mask) have no `.srl` pattern to instantiate, so
+`engine/sub_axes.py`, the iota facts of a mask, the axis sets a dim is cut over) have no
+`.srl` pattern to instantiate, so
 each has a generator here. It builds the rule's pattern, and part of the time a near miss
 (a group of another size, the two axes in the other order, another bound, a finite fill),
 and the instance is checked as a rule file's is: every relation the proof states is run on
@@ -138,6 +139,36 @@ def _two_axis_views(b: Builder) -> int:
     return _view(b, "merge", b.op("neg", (y,), "f32", {}), dim, m, k)
 
 
+def _joined_rows(b: Builder) -> int:
+    """Rows partial over two axes, reduce-scattered over both as one (a device's block of
+    the rows by its joint coordinate), then split into [1, k] where the baseline splits
+    them into rows of k * q: the rows read apart into the outer axis's and the inner's
+    (Mixtral's tokens, batch x sequence, split back over fsdp and sp)."""
+    (o, n_o), (i, n_i) = b.mesh.axes
+    k = int(b.rng.integers(1, 3))
+    rank = int(b.rng.integers(1, 3))
+    dim = int(b.rng.integers(rank))
+    shape = _shape_with(b, rank, dim, n_o * n_i * k)
+    x = b.input(shape, "f32", (Placement("partial", f"{o},{i}"),))
+    local = list(shape)
+    local[dim] = k
+    groups = b.mesh.groups((o, i))
+    attrs = {"groups": groups, "dim": dim, "op": "sum"}
+    scattered = b.dist_only("reduce_scatter", (x,), tuple(local), "f32", attrs)
+    m = b.maybe_wrong(k * n_i)
+    if (n_o * n_i * k) % m:
+        raise NotSimulable("the inner size does not divide the rows")
+    split = b.next_id
+    b.next_id += 1
+    for side, operand, inner in ((b.base, x, m), (b.dist, scattered, k)):
+        held = side[operand].shape
+        out = held[:dim] + (held[dim] // inner, inner) + held[dim + 1 :]
+        attrs = {"dim": dim, "inner": inner}
+        side[split] = Node(split, "split", (operand,), out, "f32", attrs, name=f"n{split}")
+    b.lines.append(f"n{split} = split(dim {dim}, inner {m} / local {k})")
+    return split
+
+
 def _constant(b: Builder, value: str, shape: tuple[int, ...], dtype: str) -> int:
     """A scalar literal broadcast to `shape`, on the distributed side only."""
     c = b.dist_only("constant", (), (), dtype, {"value": value})
@@ -189,6 +220,7 @@ def _mask(b: Builder, at_least: bool) -> int:
 PRELUDE_RULES = (
     PreludeRule(("split-over-sub-axes", "merge-over-sub-axes"), _SUB_AXIS_MESHES, _sub_axis_views),
     PreludeRule(("split-over-two-axes", "merge-over-two-axes"), _TWO_AXIS_MESHES, _two_axis_views),
+    PreludeRule(("shard-unjoin",), _TWO_AXIS_MESHES, _joined_rows),
     PreludeRule(("mask-fills-padding",), _MASK_MESHES, lambda b: _mask(b, at_least=False)),
     PreludeRule(("mask-fills-padding-ge",), _MASK_MESHES, lambda b: _mask(b, at_least=True)),
 )

@@ -48,7 +48,7 @@ def with_selected_block_forms(graph: Graph, mesh: Mesh) -> Graph:
         if not _zeros(graph, zeros):
             continue
         scalars = scalars or DeviceScalars(graph, mesh.size)
-        values = scalars.of(_scalar_of(graph, predicate))
+        values = scalars.spread(predicate)
         if values is None:
             continue
         source, holder = _sent_from(graph, kept, mesh.size)
@@ -71,16 +71,10 @@ def with_selected_block_forms(graph: Graph, mesh: Mesh) -> Graph:
     return copy
 
 
-def _scalar_of(graph: Graph, node_id: int) -> int:
-    """The scalar a predicate broadcasts (a broadcast with no operand dims), or itself."""
+def _zeros(graph: Graph, node_id: int) -> bool:
     node = graph.node(node_id)
     if node.op == "broadcast" and not node.attrs.get("dims"):
-        return node.operands[0]
-    return node_id
-
-
-def _zeros(graph: Graph, node_id: int) -> bool:
-    node = graph.node(_scalar_of(graph, node_id))
+        node = graph.node(node.operands[0])
     return (
         node.op == "constant" and node.shape == () and literal_number(node.attrs.get("value")) == 0
     )
@@ -105,18 +99,13 @@ def _kept_coordinate(holders: list[int | None], mesh: Mesh, axis: str) -> int | 
     kept_by: dict[tuple, list[int]] = {}
     for device, holder in enumerate(holders):
         if holder is not None:
-            kept_by.setdefault(_group_key(mesh, device, axis), []).append(holder)
-    groups = {_group_key(mesh, d, axis) for d in range(mesh.size)}
+            kept_by.setdefault(mesh.group_of(device, axis), []).append(holder)
+    groups = {mesh.group_of(d, axis) for d in range(mesh.size)}
     if set(kept_by) != groups or any(len(h) != 1 for h in kept_by.values()):
         return None
     coordinates = {mesh.coordinate(h[0], axis) for h in kept_by.values()}
-    same_group = all(_group_key(mesh, h[0], axis) == g for g, h in kept_by.items())
+    same_group = all(mesh.group_of(h[0], axis) == g for g, h in kept_by.items())
     return coordinates.pop() if len(coordinates) == 1 and same_group else None
-
-
-def _group_key(mesh: Mesh, device: int, axis: str) -> tuple[int, ...]:
-    """What the devices of one group along `axis` share: their place on the other axes."""
-    return tuple(mesh.coordinate(device, other) for other in mesh.other_axes(axis))
 
 
 def _form(

@@ -216,3 +216,20 @@ def test_a_conditional_that_cannot_be_read_is_refused(cli, tmp_path, operands, b
         f"  ROOT z = f32[4] conditional(i, {operands}), branch_computations={branches}\n}}\n"
     )
     assert_clean_error(cli("verify", str(bad), str(bad)), "bad.hlo:11:8", message)
+
+
+@pytest.mark.parametrize(
+    "pairs, message",
+    [
+        ("{0,1}", "lists no pair"),  # one brace level: no pair at all
+        ("{{0,5}}", "names a device outside the module's 2 partitions"),
+    ],
+    ids=["no_pair", "device_out_of_range"],
+)
+def test_a_permute_whose_pairs_cannot_be_read_is_refused(cli, tmp_path, pairs, message):
+    bad = tmp_path / "bad.hlo"
+    bad.write_text(
+        "HloModule bad, num_partitions=2\n\nENTRY main {\n  x = f32[4] parameter(0)\n"
+        f"  ROOT y = f32[4] collective-permute(x), source_target_pairs={pairs}\n}}\n"
+    )
+    assert_clean_error(cli("verify", str(bad), str(bad), "--mesh", "tp=2"), "bad.hlo:5:", message)

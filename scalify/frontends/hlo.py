@@ -887,6 +887,13 @@ class _Lowering:
         attrs: dict[str, Any] = {}
         if kind == "collective_permute":
             attrs["pairs"] = _pairs(self.attr(ins, "source_target_pairs") or "{}")
+            devices = self._num_partitions()
+            if devices and any(not 0 <= d < devices for pair in attrs["pairs"] for d in pair):
+                raise self.error(
+                    f"collective-permute `{ins.name}` names a device outside the module's "
+                    f"{devices} partitions: {attrs['pairs']}",
+                    ins.token,
+                )
         else:
             attrs["groups"] = _groups(self.attr(ins, "replica_groups") or "{}")
         if kind in ("all_reduce", "reduce_scatter"):

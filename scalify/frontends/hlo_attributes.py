@@ -132,11 +132,14 @@ def _mesh_groups(raw: str) -> tuple[tuple[int, ...], ...]:
 def _pairs(raw: str) -> tuple[tuple[int, int], ...]:
     """`source_target_pairs={{0,1},{1,2}}` -> ((0, 1), (1, 2))."""
     out = []
-    for g in re.findall(r"\{([^{}]*)\}", raw[1:-1] if raw.startswith("{") else raw):
+    inner = raw[1:-1] if raw.startswith("{") else raw
+    for g in re.findall(r"\{([^{}]*)\}", inner):
         ints = _int_list(g)
         if len(ints) != 2:
             raise ValueError(f"bad source/target pair '{{{g}}}'")
         out.append((ints[0], ints[1]))
+    if not out and inner.strip():
+        raise ValueError(f"source_target_pairs {raw!r} lists no pair: expected {{{{0,1}},...}}")
     return tuple(out)
 
 

@@ -487,13 +487,38 @@ def _concatenate_instance(b) -> int:
     return b.op("concatenate", tuple(parts), "f32", {"dim": dim})
 
 
+def pad_widths(node) -> list[tuple[int, int, int]] | None:
+    """A pad's (low, high, interior) per dim, as HLO writes them (`lo_hi[_interior]` per
+    dim, `x` between dims); None for an attribute that does not spell one per dim."""
+    try:
+        widths = [
+            tuple(int(n) for n in spec.split("_"))
+            for spec in str(node.attrs.get("padding", "")).split("x")
+        ]
+    except ValueError:
+        return None
+    if len(widths) != len(node.shape) or any(len(w) not in (2, 3) for w in widths):
+        return None
+    return [(w[0], w[1], w[2] if len(w) == 3 else 0) for w in widths]
+
+
+def one_dim_pad(node) -> tuple[int, int, int] | None:
+    """(dim, low, high) of a pad that grows one dim only, with no interior padding and no
+    crop; None for any other."""
+    widths = pad_widths(node)
+    grown = [d for d, w in enumerate(widths or ()) if any(w)]
+    if widths is None or len(grown) != 1 or min(widths[grown[0]]) < 0 or widths[grown[0]][2]:
+        return None
+    (dim,) = grown
+    return dim, widths[dim][0], widths[dim][1]
+
+
 def _pad(node, args) -> np.ndarray:
-    """HLO's `pad` (`lo_hi[_interior]` per dim, `x` between dims) without interior padding;
-    negative widths crop."""
+    """HLO's `pad` without interior padding; negative widths crop."""
     x, value = args
-    widths = [[int(n) for n in spec.split("_")] for spec in str(node.attrs["padding"]).split("x")]
-    if any(len(w) == 3 and w[2] for w in widths):
-        raise NotSimulable("pad with interior padding")
+    widths = pad_widths(node)
+    if widths is None or any(w[2] for w in widths):
+        raise NotSimulable("pad with interior padding, or widths that cannot be read")
     crop = tuple(slice(max(-w[0], 0), x.shape[d] - max(-w[1], 0)) for d, w in enumerate(widths))
     grow = [(max(w[0], 0), max(w[1], 0)) for w in widths]
     return np.pad(x[crop], grow, constant_values=np.asarray(value).reshape(()).item())
