@@ -11,9 +11,13 @@ slice starts. So on every device
     broadcast[new e: s](x) == slice_at[e, s](broadcast[new e: s * n](x), s * coord(a))
 
 for any axis a of n devices, by the broadcast's definition alone. This pass adds that form
-where the baseline has a broadcast with the same kept dims whose new dim e has s * n
-entries (and whose other new dims match): its key is then the baseline's, and the rules
-read the slice at the device's coordinate as its block over a.
+where the device's new dim e has one entry (s = 1: the device's one row, which
+canonicalisation otherwise reads as a reshape) and the baseline has a broadcast with the
+same kept dims whose dim e has n entries (its other new dims the same): its key is then the
+baseline's, and the rules read the slice at the device's coordinate as its block over a.
+Wider blocks are left to the paired-broadcast forms: pairing every broadcast along a
+sequence split over sp with each axis of sp's size grew EasyDeL's Llama at tp 2 x sp 2
+past the machine's memory.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ def with_broadcast_block_forms(dist: Graph, base: Graph, mesh: Mesh) -> Graph:
         if node.op != "broadcast" or not node.operands:
             continue
         dims, rank, sizes = _signature(node)
-        for e, _ in sizes:
+        for e in (e for e, size in sizes if size == 1):
             for axis, n in mesh.axes:
                 grown = tuple((d, m * n if d == e else m) for d, m in sizes)
                 if (dims, rank, grown) in wanted:

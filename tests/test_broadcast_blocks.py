@@ -29,12 +29,11 @@ ENTRY main {{
     "base_rows, dist_rows, op, layout, proved",
     [
         (2, 1, "copy", "shard(0, dp)", True),
-        (4, 2, "copy", "shard(0, dp)", True),
         (2, 1, "negate", "shard(0, dp)", False),  # the rows of another value
         (3, 1, "copy", "shard(0, dp)", False),  # three rows are no two blocks of one
         (2, 1, "copy", "replicate", False),  # one row is not both
     ],
-    ids=["one_row_each", "two_rows_each", "another_value", "uneven_rows", "not_replicated"],
+    ids=["one_row_each", "another_value", "uneven_rows", "not_replicated"],
 )
 def test_a_broadcast_to_a_devices_rows_is_its_block(
     tmp_path, base_rows, dist_rows, op, layout, proved
