@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
-from .broadcast_blocks import with_broadcast_block_forms
 from .canonicalize import canonicalize
 from .chunk_axes import CHUNK_AXIS, lift_chunk_axis
 from .compiler.compile import CompiledRuleSet, compile_rule_dir
@@ -338,7 +337,6 @@ def prove(
     base = with_paired_broadcast_forms(base)
     dist = with_paired_broadcast_forms(with_unit_broadcast_forms(dist))
     dist = with_sub_view_forms(dist, base, mesh)
-    dist = with_broadcast_block_forms(dist, base, mesh)
     # the vocabulary last: the equal forms above bring literals and ops of their own
     commands = vocabulary_facts(mesh, [base, dist]) + scaling_facts(mesh, [base, dist])
     commands += GraphEncoder(base, "b", mesh, signatures).commands()

@@ -83,9 +83,6 @@ CASES = {  # the stored pair -> EasyDeL's mesh (dp, fsdp, ep, tp, sp)
     # fsdp and sp as one, split back into a device's one row of the batch and its block of
     # the sequence
     "mixtral_dense_fsdp2_tp2_sp2_mask": "dp=1,fsdp=2,ep=1,tp=2,sp=2",
-    # Mistral with a sliding window of 4 (`--config '{"sliding_window": 4}'`): the window's
-    # mask, the same for every row of the batch, broadcast to a device's one row of it
-    "mistral_sw4_fsdp2_tp2_sp2_mask": "dp=1,fsdp=2,ep=1,tp=2,sp=2",
     # Phi's LayerNorm on activations split over tp along the hidden dim: `rsqrt` times the
     # scale, both broadcast, sized only by the centred input they multiply
     "phi_fsdp2_tp2_sp2_mask": "dp=1,fsdp=2,ep=1,tp=2,sp=2",
@@ -234,13 +231,6 @@ EDITS = {
         "u32[4]{0} constant({0, 0, 1, 1})",
         "u32[4]{0} constant({0, 1, 0, 1})",
         (GEMMA4, 2574),
-    ),
-    # Mistral's sliding window: its left edge, `row - 4`, computed as `row - 3`
-    "window_width": (
-        "mistral_sw4_fsdp2_tp2_sp2_mask",
-        "%constant.48.clone = s32[] constant(4)",
-        "%constant.48.clone = s32[] constant(3)",
-        ("easydel/layers/attention/_flexible.py", 1052),
     ),
     # Mixtral's dense experts: the all-reduce completing their down projection taken out
     "experts_unreduced": (
