@@ -29,6 +29,7 @@ from .coordinate_form import device_coordinate
 from .device_tables import DeviceScalars
 from .ir import Graph, Node, place_after
 from .mesh import Mesh
+from .ops.collectives import permute_senders
 from .ops.structural import one_dim_pad
 
 # the ops a window chain is made of (the first one met that is none of these is its source)
@@ -143,7 +144,7 @@ class _WindowReader:
         held = self.of(node.operands[0], dim)
         if held is None:
             return None
-        sender = {target: source for source, target in node.attrs["pairs"]}
+        sender = permute_senders(node)
         width = node.shape[held.dim]
         pieces = tuple(
             held.pieces[sender[device]] if device in sender else (Piece(None, 0, width),)

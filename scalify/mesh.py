@@ -100,6 +100,8 @@ class Mesh:
     def other_axes(self, name: str) -> tuple[str, ...]:
         """The axes that, with the axis or sub-axis `name`, place every device: the other
         mesh axes, and for a sub-axis its twin (`a%q` for `a/q`)."""
+        if "," in name:
+            raise ValueError(f"one axis or sub-axis expected, got {name!r}")
         axis, op, q = sub_axis_parts(name)
         twin = () if op is None else (f"{axis}{'%' if op == '/' else '/'}{q}",)
         return tuple(a for a in self.names if a != axis) + twin
@@ -112,6 +114,8 @@ class Mesh:
     def axis_groups(self, name: str) -> tuple[tuple[int, ...], ...]:
         """The replica groups of one axis or sub-axis (`a/q`, `a%q`), each ordered by the
         coordinate on it."""
+        if "," in name:
+            raise ValueError(f"one axis or sub-axis expected, got {name!r}")
         if sub_axis_parts(name)[1] is None:
             return self.groups((name,))
         return _sub_axis_groups(self, name)

@@ -23,7 +23,8 @@ from .fuzz import Builder, Instance, RuleReport, check_instances
 from .ir import Node
 from .layout import Layout, Placement, local_shape
 from .mesh import Mesh, sub_axes
-from .values import NotSimulable
+from .simulate.kernels import apply
+from .values import NotSimulable, host
 
 PRELUDE = "scalify/engine/prelude.egg"
 
@@ -54,9 +55,6 @@ class PreludeRule:
 def _both(b: Builder, op: str, base_operands, dist_operands, dtype: str, attrs: dict) -> int:
     """One node on each side over different operands (a mask only the distributed program
     has), shapes from the one-device kernel."""
-    from .simulate.kernels import apply
-    from .values import host
-
     node_id = b.next_id
     b.next_id += 1
     for side, operands in ((b.base, base_operands), (b.dist, dist_operands)):

@@ -25,7 +25,7 @@ from dataclasses import replace
 from .device_tables import DeviceScalars
 from .ir import Graph, Node, place_after
 from .mesh import Mesh
-from .ops.collectives import collective_axes
+from .ops.collectives import collective_axes, permute_senders
 from .values import literal_number
 
 
@@ -86,7 +86,7 @@ def _sent_from(graph: Graph, node_id: int, devices: int) -> tuple[int, list[int 
     holder: list[int | None] = list(range(devices))
     node = graph.node(node_id)
     while node.op == "collective_permute":
-        sender = {target: source for source, target in node.attrs["pairs"]}
+        sender = permute_senders(node)
         holder = [None if h is None else sender.get(h) for h in holder]
         node = graph.node(node.operands[0])
     return node.id, holder

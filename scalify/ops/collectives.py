@@ -12,6 +12,11 @@ from scalify.values import NotSimulable
 from .spec import KeyInput, OpSpec, ints, same_shape_maps
 
 
+def permute_senders(node) -> dict[int, int]:
+    """A collective-permute's sender for each device it hands a value to."""
+    return {target: source for source, target in node.attrs["pairs"]}
+
+
 def collective_axes(node, mesh: Mesh) -> str:
     """The mesh axes a collective runs over, or a description of groups that are none."""
     groups = tuple(tuple(g) for g in node.attrs.get("groups", ()))
