@@ -21,6 +21,7 @@ def rendered(path: Path) -> list[str]:
     with pytest.raises(ScalifyError) as info:
         compile_texts([(path.name, path.read_text())])
     lines = info.value.render().splitlines()
+    assert any(line.strip() == "^" or line.rstrip().endswith("^") for line in lines[1:]), lines
     return [lines[0]] + [line.strip() for line in lines if line.strip().startswith("note:")]
 
 

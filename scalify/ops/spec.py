@@ -10,13 +10,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import numpy as np
 
     from scalify.ir import Node
-    from scalify.layout import Layout
     from scalify.mesh import Mesh
 
 
@@ -34,41 +33,6 @@ class Signature:
 
 # per_side(one side's nodes) -> that side's extra attributes and output shape
 PerSide = Callable[[dict[int, "Node"]], tuple[dict, "tuple | None"]]
-
-
-class InstanceBuilder(Protocol):
-    """What an op's fuzz generator builds its random instance with (`scalify/fuzz.py` holds
-    the builder): both programs node by node, the distributed side with local shapes."""
-
-    rng: np.random.Generator
-    mesh: Mesh
-    base: dict[int, Node]
-    dist: dict[int, Node]
-    hints: list[str | None]
-    lines: list[str]
-    next_id: int
-    unit: int
-    base_output: int
-
-    def hint(self, k: int) -> str | None: ...
-    def operand_layout(self, k: int, rank: int, fallback: Layout) -> Layout: ...
-    def size(self) -> int: ...
-    def mesh_stride(self, axis: str) -> int: ...
-    def maybe_wrong(self, value: int) -> int: ...
-    def layout(self, rank: int, allow_partial: bool = True, sharded: bool = False) -> Layout: ...
-    def dist_only(
-        self, op: str, operands: tuple[int, ...], shape: tuple[int, ...], dtype: str, attrs: dict
-    ) -> int: ...
-    def input(self, shape: tuple[int, ...], dtype: str, layout: Layout | None = None) -> int: ...
-    def op(
-        self,
-        op: str,
-        operands: tuple[int, ...],
-        dtype: str,
-        attrs: dict,
-        per_side: PerSide | None = None,
-    ) -> int: ...
-    def fill(self, shape: tuple[int, ...], dist_shape: tuple[int, ...], dtype: str) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -93,8 +57,10 @@ KeyFunction = Callable[[KeyInput, "Signature"], list[str]]
 DimMap = Callable[["Node", list[tuple[int, ...]], int], list[list[int]]]
 # kernel(node, operand values) -> the value on one device
 Kernel = Callable[["Node", list["np.ndarray"]], "np.ndarray"]
-# generate(builder) -> the id of a random instance of the op (and the nodes it needs)
-Generator = Callable[[InstanceBuilder], int]
+# generate(builder) -> the id of a random instance of the op (and the nodes it needs); the
+# builder (`scalify/fuzz.py`) adds both programs node by node, the distributed side with
+# local shapes; it is not named here, since the fuzzer imports this module
+Generator = Callable[[Any], int]
 # check_types(attrs, operand shapes): raise NotSimulable for a draw HLO would reject
 TypeCheck = Callable[[dict, list[tuple[int, ...]]], None]
 # fuzz_shape(node, operand shape, mesh) -> the output shape of an op with no one-device kernel
