@@ -8,6 +8,7 @@ import sys
 from importlib import resources
 from pathlib import Path
 
+from .engine.memory import MIN_FREE_SHARE
 from .errors import ScalifyError
 
 EXIT_BAD_INPUT = 2
@@ -33,6 +34,14 @@ def _positive(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a number of at least 1, got {value}")
+    return value
+
+
+def _share(text: str) -> float:
+    """A share from 0 to 1 (argparse turns the ValueError into a usage error)."""
+    value = float(text)
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"expected a share from 0 to below 1, got {value}")
     return value
 
 
@@ -64,6 +73,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="saturation round limit (a round: analysis, then one rule pass)",
     )
     verify.add_argument("--node-limit", type=int, default=2_000_000, help="e-graph size limit")
+    verify.add_argument(
+        "--min-free-memory",
+        type=_share,
+        default=MIN_FREE_SHARE,
+        metavar="SHARE",
+        help="stop proving (verdict unknown) when the machine's free memory falls under this "
+        "share of it (0 to 1; 0: never)",
+    )
     verify.add_argument(
         "-j",
         "--jobs",
@@ -144,6 +161,7 @@ def _verify(args: argparse.Namespace) -> int:
             not args.no_simulate,
             progress=sys.stderr.isatty() and not args.quiet,
             jobs=args.jobs,
+            min_free_memory=args.min_free_memory,
         ),
     )
     text = render(report, args.format)

@@ -30,6 +30,7 @@ from .engine.frontier import (
     partial_origin,
     with_off_axis_collectives,
 )
+from .engine.memory import MIN_FREE_SHARE
 from .engine.scaling import scaled_outputs, scaling_facts, scaling_rules
 from .engine.sub_axes import sub_axis_facts, with_sub_view_forms
 from .engine.view_parting import with_view_partings
@@ -111,7 +112,9 @@ class Limits:
     partition: bool = True
     progress: bool = False  # a progress line on stderr (the CLI turns it on for a terminal)
     jobs: int = 1  # processes proving distinct segments at once (see parallel.py)
-    rounds_per_check: int = ROUNDS_PER_CHECK  # rounds between two reads of the e-graph's size
+    rounds_per_check: int = ROUNDS_PER_CHECK  # most rounds between two reads of the size
+    # stop (verdict `unknown`) when the machine's free memory falls under this share of it
+    min_free_memory: float = MIN_FREE_SHARE
 
 
 def choose_mesh(text: str | None, dist: Graph, given: RelationsFile | None) -> Mesh:
@@ -350,7 +353,9 @@ def prove(
     ]
     with rules_session(scaling_rules(), rules_program) as session:
         session.feed(commands)
-        stats = session.saturate(limits.max_rounds, limits.node_limit, limits.rounds_per_check)
+        stats = session.saturate(
+            limits.max_rounds, limits.node_limit, limits.rounds_per_check, limits.min_free_memory
+        )
         relations, replicated, held = read_proof(session)
         unproved = {
             r.dist_id: layout_term(

@@ -16,8 +16,11 @@ import egglog.bindings as egglog
 
 from scalify.errors import ScalifyError
 
+from .memory import MIN_FREE_SHARE, memory_low
+
 CHUNK = 400
-# Rounds run between two checks of the size limit; a check reads every table's size.
+# The most rounds run between two checks of the size limit; a check reads every table's
+# size (the batch adapts to the growth, see `saturate`).
 REPORT_PASSES = 12
 ROUNDS_PER_CHECK = 20
 
@@ -73,31 +76,48 @@ class EGraphSession:
         return sum(n for _, n in output.sizes)
 
     def saturate(
-        self, max_rounds: int, node_limit: int, rounds_per_check: int = ROUNDS_PER_CHECK
+        self,
+        max_rounds: int,
+        node_limit: int,
+        rounds_per_check: int = ROUNDS_PER_CHECK,
+        min_free_memory: float = MIN_FREE_SHARE,
     ) -> RunStats:
-        """Run the layout rules until nothing changes, `max_rounds` pass or the e-graph
-        passes `node_limit` nodes (read every `rounds_per_check` rounds: fewer on a graph
-        small enough that a rule growing it without bound must be stopped early)."""
+        """Run the layout rules until nothing changes, `max_rounds` pass, the e-graph passes
+        `node_limit` nodes, or the machine's free memory falls under `min_free_memory` of its
+        total. The size and the memory are read between batches of rounds: a batch starts at
+        one round and doubles up to `rounds_per_check` while the e-graph grows slowly, and
+        falls back to one round once it doubles in a batch or nears the limit, so a rule that
+        makes it explode is stopped a round after it starts rather than twenty."""
         stats = RunStats()
-        schedule = self.egraph.parse_program(
-            f"(run-schedule (repeat {rounds_per_check} (saturate (run analysis)) (run layout)))"
-        )
-        for _ in range(0, max_rounds, rounds_per_check):
-            outputs = self.egraph.run_program(*schedule)
-            stats.rounds += rounds_per_check
+        schedules: dict[int, list] = {}
+        batch = 1
+        while stats.rounds < max_rounds:
+            batch = min(batch, max_rounds - stats.rounds)
+            if batch not in schedules:
+                schedules[batch] = self.egraph.parse_program(
+                    f"(run-schedule (repeat {batch} (saturate (run analysis)) (run layout)))"
+                )
+            outputs = self.egraph.run_program(*schedules[batch])
+            stats.rounds += batch
             updated = False
             for output in outputs:
                 report = output.report
                 updated |= report.updated
                 for rule, count in report.num_matches_per_rule.items():
                     stats.rule_matches[rule] = stats.rule_matches.get(rule, 0) + count
-            stats.nodes = self.size()
+            before, stats.nodes = stats.nodes, self.size()
             if not updated:
                 stats.saturated = True
                 break
             if stats.nodes > node_limit:
                 stats.limit = f"e-graph node limit {node_limit} reached"
                 break
+            low = memory_low(min_free_memory)
+            if low:
+                stats.limit = f"{low} at {stats.nodes} e-graph nodes"
+                break
+            fast = stats.nodes > 2 * before or stats.nodes > node_limit // 4
+            batch = 1 if fast else min(2 * batch, rounds_per_check)
         else:
             stats.limit = f"round limit {max_rounds} reached"
         # The report runs a bounded number of passes: a placement chain is at most a few
