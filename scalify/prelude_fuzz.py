@@ -215,12 +215,51 @@ def _mask(b: Builder, at_least: bool) -> int:
     return b.op("reduce", (exp,), "f32", {"dims": (dim,), "op": "sum"})
 
 
+def _broadcast_block(b: Builder) -> int:
+    """x (replicated, or split along one of its dims over another axis) broadcast along new
+    dims, one of them (e) to n entries on a device where the baseline broadcasts it to
+    n * |a| (a mask or positions made for a device's rows of a batch split over a); then,
+    part of the time, an exp. (An elementwise user with another operand would leave the
+    sizes out of the broadcast's term: a size-free broadcast is `spread`'s, not this
+    rule's.) Near misses: another local size along e, another size along the other new dim,
+    the new dims at other places in the distributed broadcast."""
+    axes = list(b.mesh.axes)
+    _, size = axes.pop(int(b.rng.integers(len(axes))))
+    rank = int(b.rng.integers(1, 3))
+    shape = tuple(int(b.rng.integers(1, 4)) for _ in range(rank))
+    layout: Layout = ()
+    if axes and b.rng.random() < 0.5:  # split over the other axis along one of its dims
+        d = int(b.rng.integers(rank))
+        other, other_size = axes[0]
+        shape = tuple(s * other_size if i == d else s for i, s in enumerate(shape))
+        layout = (Placement("shard", other, dim=d),)
+    x = b.input(shape, "f32", layout)
+    out_rank = rank + int(b.rng.integers(1, 3))
+    new = sorted(b.rng.choice(out_rank, size=out_rank - rank, replace=False).tolist())
+    e = new[int(b.rng.integers(len(new)))]
+    sizes = {d: int(b.rng.integers(1, 3)) for d in new}
+    local = {d: b.maybe_wrong(s) for d, s in sizes.items()}  # a near miss: another size
+    base_sizes = {**sizes, e: sizes[e] * size}
+    dist_new = new if b.rng.random() < 0.9 else [(d + 1) % out_rank for d in new]
+
+    def per_side(side):
+        news, at = (base_sizes, new) if side is b.base else (local, dist_new)
+        held = iter(side[x].shape)
+        dims = tuple(i for i in range(out_rank) if i not in at)
+        out = [news[new[at.index(i)]] if i in at else next(held) for i in range(out_rank)]
+        return {"dims": dims}, tuple(out)
+
+    out = b.op("broadcast", (x,), "f32", {}, per_side)
+    return out if b.rng.random() < 0.5 else b.op("exp", (out,), "f32", {})
+
+
 PRELUDE_RULES = (
     PreludeRule(("split-over-sub-axes", "merge-over-sub-axes"), _SUB_AXIS_MESHES, _sub_axis_views),
     PreludeRule(("split-over-two-axes", "merge-over-two-axes"), _TWO_AXIS_MESHES, _two_axis_views),
     PreludeRule(("shard-unjoin",), _TWO_AXIS_MESHES, _joined_rows),
     PreludeRule(("mask-fills-padding",), _MASK_MESHES, lambda b: _mask(b, at_least=False)),
     PreludeRule(("mask-fills-padding-ge",), _MASK_MESHES, lambda b: _mask(b, at_least=True)),
+    PreludeRule(("broadcast-block",), _TWO_AXIS_MESHES + _SUB_AXIS_MESHES, _broadcast_block),
 )
 
 

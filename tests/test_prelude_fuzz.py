@@ -33,6 +33,10 @@ PLANTED = {
         '(Op3 "select" ?k ?p ?f ?x)) (IndexAtLeast ?p ?d ?m)',
         '(Op3 "select" ?k ?p ?f ?x))',
     ),
+    "broadcast-block": (
+        '(= (AttrI ?kw (+ "new_size:" (to-string ?e))) (* ?n (AxisSize ?a)))',
+        "(Axis ?a)",
+    ),
 }
 
 

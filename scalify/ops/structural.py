@@ -235,6 +235,11 @@ def _broadcast_key(k: KeyInput, sig) -> list[str]:
     else:
         new = [f"{d}:{n}" for d, n in enumerate(node.shape) if d not in a["dims"]]
         parts.append("new=" + ints(new))
+        # each new dim's size, and the key without it: the prelude's `broadcast-block` pairs
+        # two broadcasts of one value that differ in that size alone
+        for i, d in enumerate(d for d in range(len(node.shape)) if d not in a["dims"]):
+            sig.attrs_i[f"new_size:{d}"] = node.shape[d]
+            sig.attrs_s[f"new_rest:{d}"] = ";".join(parts[:2] + new[:i] + new[i + 1 :])
     return parts
 
 

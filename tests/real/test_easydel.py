@@ -65,6 +65,10 @@ CASES = {  # the stored pair -> EasyDeL's mesh (dp, fsdp, ep, tp, sp)
     "qwen3_fsdp2_tp2_sp2_mask": "dp=1,fsdp=2,ep=1,tp=2,sp=2",
     "gemma2_fsdp2_tp2_sp2_mask": "dp=1,fsdp=2,ep=1,tp=2,sp=2",
     "mistral_fsdp2_tp2_sp2_mask": "dp=1,fsdp=2,ep=1,tp=2,sp=2",
+    # ... and with its sliding window (`--config '{"sliding_window": 4}'`): the window's
+    # positions broadcast to the device's one row of the batch, split over fsdp, where the
+    # baseline broadcasts them to both rows
+    "mistral_sw4_fsdp2_tp2_sp2_mask": "dp=1,fsdp=2,ep=1,tp=2,sp=2",
     # Phi-3's fused [q | k | v] and [gate | up] products split over tp as one block: XLA
     # reshards each part with windows handed between the tp devices (device_windows.py)
     "phi3_fsdp2_tp2_sp2_mask": "dp=1,fsdp=2,ep=1,tp=2,sp=2",
@@ -200,6 +204,7 @@ def test_a_wrong_reshard_of_the_fused_parts_is_caught_at_the_cut(tmp_path, right
 
 PHI3 = "easydel/modules/phi3/modeling_phi3.py"
 GEMMA4 = "easydel/modules/gemma4/modeling_gemma4.py"
+WINDOW = "easydel/layers/attention/_flexible.py"
 # (case, the text in its partitioned module, its replacement, the file and line (None: any
 # line) the first suspect must name)
 EDITS = {
@@ -231,6 +236,20 @@ EDITS = {
         "u32[4]{0} constant({0, 0, 1, 1})",
         "u32[4]{0} constant({0, 1, 0, 1})",
         (GEMMA4, 2574),
+    ),
+    # Mistral's sliding window of 4 made 3 on the devices, and the device's first query
+    # position counted in blocks of 4 instead of its block of 8
+    "window_narrowed": (
+        "mistral_sw4_fsdp2_tp2_sp2_mask",
+        "%constant.48.clone = s32[] constant(4)",
+        "%constant.48.clone = s32[] constant(3)",
+        (WINDOW, 1052),
+    ),
+    "window_positions_offset": (
+        "mistral_sw4_fsdp2_tp2_sp2_mask",
+        "%constant.98 = s32[] constant(8), metadata",
+        "%constant.98 = s32[] constant(4), metadata",
+        (WINDOW, 1052),
     ),
     # Mixtral's dense experts: the all-reduce completing their down projection taken out
     "experts_unreduced": (
