@@ -40,6 +40,7 @@ _TWO_AXIS_MESHES = (
     (("fsdp", 2), ("sp", 3)),
     (("dp", 3), ("tp", 2)),
 )
+_ONE_AXIS_MESHES = ((("tp", 2),), (("fsdp", 2), ("tp", 3)), (("sp", 4),))
 _MASK_MESHES = ((("tp", 2),), (("dp", 2), ("tp", 2)))
 
 
@@ -134,6 +135,26 @@ def _two_axis_views(b: Builder) -> int:
     y = _view(b, "split", x, dim, m, k)
     if b.rng.random() < 0.4:
         return y
+    return _view(b, "merge", b.op("neg", (y,), "f32", {}), dim, m, k)
+
+
+def _one_axis_views(b: Builder) -> int:
+    """A dim split over one axis a, beside a true unit dim before it: a device's block of k
+    entries split into [1, k] where the baseline splits the whole into [1, k * |a|]; or the
+    unit merged with the split dim (Mamba-2's `[1, heads]`, the heads over fsdp). Near miss:
+    another inner size in the baseline."""
+    a, n = b.mesh.axes[int(b.rng.integers(len(b.mesh.axes)))]
+    k = int(b.rng.integers(1, 3))
+    rank = int(b.rng.integers(1, 3))
+    dim = int(b.rng.integers(rank))
+    m = b.maybe_wrong(k * n)
+    if b.rng.random() < 0.5:
+        x = b.input(_shape_with(b, rank, dim, n * k), "f32", (Placement("shard", a, dim=dim),))
+        y = _view(b, "split", x, dim, m, k)
+        return y if b.rng.random() < 0.5 else b.op("exp", (y,), "f32", {})
+    shape = _shape_with(b, rank, dim, 1)
+    shape = shape[: dim + 1] + (n * k,) + shape[dim + 1 :]
+    y = b.input(shape, "f32", (Placement("shard", a, dim=dim + 1),))
     return _view(b, "merge", b.op("neg", (y,), "f32", {}), dim, m, k)
 
 
@@ -256,6 +277,7 @@ def _broadcast_block(b: Builder) -> int:
 PRELUDE_RULES = (
     PreludeRule(("split-over-sub-axes", "merge-over-sub-axes"), _SUB_AXIS_MESHES, _sub_axis_views),
     PreludeRule(("split-over-two-axes", "merge-over-two-axes"), _TWO_AXIS_MESHES, _two_axis_views),
+    PreludeRule(("split-over-one-axis", "merge-over-one-axis"), _ONE_AXIS_MESHES, _one_axis_views),
     PreludeRule(("shard-unjoin",), _TWO_AXIS_MESHES, _joined_rows),
     PreludeRule(("mask-fills-padding",), _MASK_MESHES, lambda b: _mask(b, at_least=False)),
     PreludeRule(("mask-fills-padding-ge",), _MASK_MESHES, lambda b: _mask(b, at_least=True)),

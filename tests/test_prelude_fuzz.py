@@ -21,6 +21,10 @@ PLANTED = {
         '(Op1 "split" ?kb ?x) ?d ?o) (+ ?d 1) ?i)))\n      :ruleset layout :name "split-over-two',
         '(Op1 "split" ?kb ?x) ?d ?i) (+ ?d 1) ?o)))\n      :ruleset layout :name "split-over-two',
     ),
+    "split-over-one-axis": (
+        '((union ?y (Shard (Op1 "split" ?kb ?x) (+ ?d 1) ?a)))',
+        '((union ?y (Shard (Op1 "split" ?kb ?x) ?d ?a)))',
+    ),
     "shard-unjoin": (
         '((union ?n (Shard (Shard ?t ?d ?a) ?d ?b))) :ruleset layout :name "shard-unjoin")',
         '((union ?n (Shard (Shard ?t ?d ?b) ?d ?a))) :ruleset layout :name "shard-unjoin")',

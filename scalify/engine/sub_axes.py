@@ -88,28 +88,33 @@ def with_sub_view_forms(dist: Graph, base: Graph, mesh: Mesh) -> Graph:
     size q * k for a proper divisor q of an axis's size: canonicalisation reads the
     insertion as a split of whichever dim it chose (one query head a device,
     `[b, s, 1, d] -> [b, s, 1, 1, d]`, is read as a split of d), and the rules need the
-    split of the heads."""
-    inners = {(n.attrs["dim"], n.attrs["inner"]) for n in base.nodes.values() if n.op == "split"}
+    split of the heads. Likewise `merge[dim=d, inner=k](x)` beside each view that drops a
+    unit dim of x by merging it with a neighbour, where the baseline merges dim d with an
+    inner size q * k: a true unit beside a dim split down to one entry a device is two
+    units, and canonicalisation may merge the wrong pair (Mamba-2's `[1, heads]`)."""
+    inners = {
+        op: {(n.attrs["dim"], n.attrs["inner"]) for n in base.nodes.values() if n.op == op}
+        for op in ("split", "merge")
+    }
     sizes = {n for _, n in mesh.axes}
     forms: list[tuple[int, Node]] = []
     next_id = max(dist.nodes, default=-1) + 1
     for node in dist.nodes.values():
-        if len(node.operands) != 1 or node.op not in ("split", "broadcast"):
+        if len(node.operands) != 1:
             continue
         x = dist.node(node.operands[0])
-        for d in range(len(x.shape)):
-            k = x.shape[d]
+        for op, d, k in _unit_readings(node, x.shape):
             attrs = {"dim": d, "inner": k}
-            if node.shape != x.shape[:d] + (1,) + x.shape[d:] or node.attrs == attrs:
-                continue  # no unit dim inserted before d, or this split already
+            if node.op == op and node.attrs == attrs:
+                continue  # this reading already
             if not any(
                 dim == d and m > k and m % k == 0 and any(n % (m // k) == 0 for n in sizes)
-                for dim, m in inners
+                for dim, m in inners[op]
             ):
                 continue
             forms.append(
-                (node.id, Node(next_id, "split", (x.id,), node.shape, node.dtype, attrs,
-                               node.loc, f"{node.name}.split{d}", node.framework_op))
+                (node.id, Node(next_id, op, (x.id,), node.shape, node.dtype, attrs,
+                               node.loc, f"{node.name}.{op}{d}", node.framework_op))
             )  # fmt: skip
             next_id += 1
     if not forms:
@@ -124,11 +129,32 @@ def with_sub_view_forms(dist: Graph, base: Graph, mesh: Mesh) -> Graph:
     return copy
 
 
+def _unit_readings(node: Node, shape: tuple[int, ...]) -> list[tuple[str, int, int]]:
+    """Each (view, dim, inner) that reads `node` as a unit dim inserted into `shape` (a split
+    or broadcast: a split of the dim after it) or dropped from it (a merge: with the dim
+    before it, or with the one after)."""
+    readings = []
+    if node.op in ("split", "broadcast"):
+        for d, k in enumerate(shape):
+            if node.shape == shape[:d] + (1,) + shape[d:]:
+                readings.append(("split", d, k))
+    elif node.op == "merge":
+        for u, size in enumerate(shape):
+            if size != 1 or node.shape != shape[:u] + shape[u + 1 :]:
+                continue
+            if u > 0:
+                readings.append(("merge", u - 1, 1))
+            if u + 1 < len(shape):
+                readings.append(("merge", u, shape[u + 1]))
+    return readings
+
+
 def _axis_pairs(mesh: Mesh, q: int, blocks: int) -> list[tuple[str, str]]:
     """The (outer, inner) axes a dim of `blocks` device blocks may be split over, the inner
-    of size q: the two sub-axes of one axis of `blocks` devices, or two mesh axes whose
-    sizes multiply to it."""
-    pairs = []
+    of size q: the two sub-axes of one axis of `blocks` devices, two mesh axes whose sizes
+    multiply to it, or ("", axis) for one axis of q devices (the outer dim has one entry in
+    both programs: a true unit beside a dim split down to one entry a device)."""
+    pairs = [("", axis) for axis, n in mesh.axes if n == q == blocks]
     for axis, n in mesh.axes:
         if q < n and n % q == 0 and n == blocks:
             pairs.append(sub_axes(axis, q))

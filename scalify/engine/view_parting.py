@@ -9,8 +9,9 @@ distributed step that cuts a dim where the baseline never does, or joins pieces 
 no baseline dim holds, is where they part. The finding moves there, and its reason prints
 both chains' results as expressions of the source's dims (`[i, k/8, j, k%8]`).
 
-Only chains whose source is related to the baseline by plain shards are read (sizes are
-compared in the baseline's units); others keep the frontier's finding.
+Only chains whose source is related to the baseline by plain shards, none split down to one
+entry a device, are read (sizes are compared in the baseline's units); others keep the
+frontier's finding.
 """
 
 from __future__ import annotations
@@ -52,6 +53,10 @@ def _parting(f: Finding, dist: Graph, base: Graph, proven: Proven, mesh: Mesh):
         return None
     layout, base_id = related[0]
     scale = _scales(layout, mesh)
+    if any(source.shape[d] == 1 for d in scale):
+        # a dim split down to one entry a device: its entry is a unit atom like the
+        # source's true unit dims, and which unit a view moves where is not known
+        return None
     dist_atoms = ViewAtoms.of(source.shape)
     if not all(dist_atoms.step(s) for s in steps):
         return None

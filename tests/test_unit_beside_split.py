@@ -1,0 +1,60 @@
+"""A true unit dim beside a dim split down to one entry a device (Mamba-2's `[1, heads]`,
+the heads over fsdp): the device holds two unit dims where the baseline holds one, and a
+reshape that drops a unit may be read as merging either. The proof pairs the reading the
+baseline takes (`merge-over-one-axis`), and the frontier makes no definite claim about
+which unit went where."""
+
+from __future__ import annotations
+
+from conftest import verify_texts
+
+from scalify.engine.frontier import Finding
+from scalify.engine.view_parting import with_view_partings
+from scalify.frontends import parse_graph_text
+from scalify.layout import Placement
+from scalify.mesh import parse_mesh
+
+BASE = """HloModule base
+ENTRY main {
+  x = f32[1,2,8] parameter(0)
+  r = f32[2,8,1,1] reshape(x)
+  ROOT e = f32[2,8,1,1] exponential(r)
+}
+"""
+DIST = """HloModule dist
+ENTRY main {
+  x = f32[1,1,4] parameter(0)
+  r = f32[1,4,1,1] reshape(x)
+  ROOT e = f32[1,4,1,1] exponential(r)
+}
+"""
+MESH = "fsdp=2,tp=2"
+INPUT = "shard(1, fsdp) shard(2, tp)"
+
+
+def test_a_unit_dropped_beside_a_dim_split_to_one_entry_is_proved(tmp_path):
+    relations = {"inputs": {"x": INPUT}, "outputs": ["shard(0, fsdp) shard(1, tp)"]}
+    report = verify_texts(tmp_path, BASE, DIST, relations, MESH)
+    assert report.verdict == "equivalent", [s.reason for s in report.suspects]
+
+
+def test_the_same_reshape_claimed_over_the_axes_swapped_is_not_proved(tmp_path):
+    relations = {"inputs": {"x": INPUT}, "outputs": ["shard(0, tp) shard(1, fsdp)"]}
+    report = verify_texts(tmp_path, BASE, DIST, relations, MESH)
+    assert report.verdict != "equivalent"
+
+
+def test_the_frontier_claims_no_parting_of_views_over_a_dim_split_to_one_entry():
+    """Before, the dim split to one entry read as a unit: the views from x looked as if they
+    dropped it, and the finding became a definite `not_equivalent` where no run could
+    check it (an opaque convolution beside it)."""
+    base, dist = parse_graph_text(BASE, "base.hlo"), parse_graph_text(DIST, "dist.hlo")
+    x = next(n for n in dist.nodes.values() if n.name == "x")
+    merge = next(n for n in dist.nodes.values() if n.op == "merge")
+    layout = (Placement("shard", "fsdp", dim=1), Placement("shard", "tp", dim=2))
+    base_x = next(n.id for n in base.nodes.values() if n.name == "x")
+    finding = Finding(merge, "no rule relates it", False, [])
+    (kept,) = with_view_partings(
+        dist, base, {x.id: {(layout, base_x)}}, parse_mesh(MESH), [finding]
+    )
+    assert not kept.definite and kept.reason == "no rule relates it"
