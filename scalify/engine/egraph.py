@@ -19,9 +19,9 @@ from scalify.errors import ScalifyError
 from .memory import MIN_FREE_SHARE, memory_low
 
 CHUNK = 400
+REPORT_PASSES = 12
 # The most rounds run between two checks of the size limit; a check reads every table's
 # size (the batch adapts to the growth, see `saturate`).
-REPORT_PASSES = 12
 ROUNDS_PER_CHECK = 20
 
 
@@ -123,11 +123,19 @@ class EGraphSession:
         # The report runs a bounded number of passes: a placement chain is at most a few
         # layouts deep, and a bound keeps an e-class that holds a layout of itself (a cycle)
         # from growing Desc facts without end.
+        # Each pass is its own call, the free memory read between them as between rounds.
         self.egraph.run_program(
-            *self.egraph.parse_program(
-                f"(run-schedule (saturate (run analysis)) (repeat {REPORT_PASSES} (run report)))"
-            )
+            *self.egraph.parse_program("(run-schedule (saturate (run analysis)))")
         )
+        report_pass = self.egraph.parse_program("(run-schedule (run report))")
+        for _ in range(REPORT_PASSES):
+            low = memory_low(min_free_memory)
+            if low:
+                stats.limit = stats.limit or f"{low} while describing the proof"
+                break
+            outputs = self.egraph.run_program(*report_pass)
+            if not any(output.report.updated for output in outputs):
+                break
         return stats
 
     def frozen(self):
