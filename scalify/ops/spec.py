@@ -127,7 +127,9 @@ class OpSpec:
 
     `arity`: the operand counts a rule may match (none: rules cannot name the op).
     `attrs`: the attributes a rule may read, with their kind, "S" (string) or "I" (integer);
-    the key sets them on the signature. `elementwise`: same shapes in, that shape out.
+    the key sets them on the signature. `engine_attrs`: attributes the key sets for the
+    prelude's own rules alone, which rule files may not read; `name` stands for a family
+    `name:<dim>`, one a dim. `elementwise`: same shapes in, that shape out.
     `collective`: runs across devices (the SPMD driver simulates it, `fuzz_shape` gives its
     local output shape). `pure`: equal operands give equal results on every device.
     `ordered_groups`: the order of a replica group matters (which device holds which block).
@@ -138,6 +140,7 @@ class OpSpec:
     name: str
     arity: tuple[int, ...] = ()
     attrs: Mapping[str, str] = field(default_factory=dict)
+    engine_attrs: Mapping[str, str] = field(default_factory=dict)
     key: KeyFunction = attrs_key
     dim_map: DimMap | None = None
     kernel: Kernel | None = None

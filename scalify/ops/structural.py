@@ -574,6 +574,7 @@ OPS = [
         "broadcast",
         arity=(1,),
         attrs={"dims": "S", "new_dim": "I"},
+        engine_attrs={"new_size": "I", "new_rest": "S"},  # broadcast-block's, a new dim each
         key=_broadcast_key,
         dim_map=lambda node, shapes, out_rank: [list(node.attrs["dims"])],
         kernel=_broadcast,
