@@ -545,6 +545,8 @@ class _Lowering:
             return self.scatter(ins, vals, shape, loc, fop)
         if opcode == "topk" and len(_leaves(shape, _Array)) == 2 and len(vals) == 1:
             return self.top_k(ins, vals[0], loc, fop)
+        if opcode == "sort" and (descending := self.sort_direction(ins)) is not None:
+            return self.sort(ins, vals, descending, loc, fop)
         if not isinstance(shape, _Array):
             return self.opaque(ins, vals, loc, fop)
         operands = tuple(vals)
@@ -736,6 +738,72 @@ class _Lowering:
             )
             for part, leaf in enumerate((values, indices))
         )
+
+    def sort_direction(self, ins: _Instr) -> bool | None:
+        """Whether a `sort` is descending, when its comparator orders by the first operand
+        alone (`compare(p0, p1)`, LT or GT, as argsort, top-k and sorted routing lower);
+        None for any other comparator, which stays opaque."""
+        comp = self.called(ins, "to_apply")
+        root = comp.root
+        if root is None or root.opcode != "compare" or len(root.operands) != 2:
+            return None
+        direction = (self.attr(root, "direction") or "").strip()
+        params = [self.compared_parameter(comp, name) for name in root.operands]
+        if direction not in ("LT", "GT") or params != [0, 1]:
+            return None
+        return direction == "GT"
+
+    def compared_parameter(self, comp: _Comp, name: str) -> int | None:
+        """The parameter number a comparator compares, through JAX's canonicalisation of a
+        float key for a total order (`select(ne(p, p), nan, select(eq(p, 0), 0, p))`: every
+        NaN to one NaN, -0 to 0), which keeps every finite value; None for anything else."""
+        chain = []
+        ins = comp.by_name.get(name)
+        while ins is not None and ins.opcode == "select" and len(ins.operands) == 3:
+            chain.append(ins)
+            ins = comp.by_name.get(ins.operands[2])
+        if ins is None or ins.opcode != "parameter":
+            return None
+        for select in chain:
+            cond, fill = (comp.by_name.get(n) for n in select.operands[:2])
+            if cond is None or fill is None or cond.opcode != "compare":
+                return None
+            test = (self.attr(cond, "direction") or "").strip()
+            fill_text = self.raw_args(fill).strip() if fill.opcode == "constant" else None
+            others = [comp.by_name.get(n) for n in cond.operands if n != ins.name]
+            nan_canon = test == "NE" and not others and fill_text == "nan"
+            zero_canon = (
+                test == "EQ"
+                and len(others) == 1
+                and others[0] is not None
+                and others[0].opcode == "constant"
+                and self.raw_args(others[0]).strip() == fill_text
+            )
+            if not (nan_canon or zero_canon):
+                return None
+        (number,) = _ints(self.raw_args(ins)) or [None]
+        return number
+
+    def sort(
+        self, ins: _Instr, vals: list[int], descending: bool, loc: SourceLoc | None, fop: str
+    ) -> _Value:
+        """HLO `sort` along `dimensions`: one `sort` node per operand (`part`), each reading
+        every operand, since all are put in the order of the first."""
+        (dim,) = _ints(self.attr(ins, "dimensions") or "") or [0]
+        leaves = _leaves(ins.shape, _Array)
+        nodes = tuple(
+            self.new(
+                "sort",
+                tuple(vals),
+                leaf,
+                {"dim": dim, "descending": descending, "part": part},
+                ins,
+                loc,
+                fop,
+            )
+            for part, leaf in enumerate(leaves)
+        )
+        return nodes[0] if isinstance(ins.shape, _Array) else nodes
 
     def gather(
         self, ins: _Instr, vals: list[int], shape: _Array, loc: SourceLoc | None, fop: str

@@ -285,6 +285,35 @@ def _top_k_instance(b) -> int:
     return b.op("top_k", (x,), "s32" if part else "f32", {"k": k, "part": part, "largest": True})
 
 
+# sort
+
+
+def _sort(node, args) -> np.ndarray:
+    """One result of HLO `sort` along `dim` (tuple index `part`): every operand put in the
+    stable order of the first, ascending or descending (argsort is a sort of the keys with
+    an iota beside them)."""
+    keys = args[0]
+    if keys.dtype.kind in "ub":
+        keys = keys.astype(np.int64)
+    dim = int(node.attrs["dim"])
+    order = np.argsort(-keys if node.attrs["descending"] else keys, axis=dim, kind="stable")
+    return np.take_along_axis(args[int(node.attrs["part"])], order, axis=dim)
+
+
+def _sort_instance(b) -> int:
+    """A stable sort of a randomly laid out x along a dim (its values or an iota beside it)."""
+    rank = int(b.rng.integers(1, 3))
+    shape = tuple(b.size() for _ in range(rank))
+    x = b.input(shape, "f32", b.operand_layout(0, rank, b.layout(rank)))
+    dim = int(b.rng.integers(rank))
+    if b.rng.random() < 0.5:
+        attrs = {"dim": dim, "descending": bool(b.rng.integers(2)), "part": 0}
+        return b.op("sort", (x,), "f32", attrs)
+    index = b.op("iota", (), "s32", {}, lambda side: ({"dim": dim}, side[x].shape))
+    attrs = {"dim": dim, "descending": bool(b.rng.integers(2)), "part": 1}
+    return b.op("sort", (x, index), "s32", attrs)
+
+
 # cumsum
 
 
@@ -567,6 +596,12 @@ OPS = [
         ],
         kernel=_top_k,
         generate=_top_k_instance,
+    ),
+    OpSpec(
+        "sort",
+        key=attrs_and_shape_key,
+        kernel=_sort,
+        generate=_sort_instance,
     ),
     OpSpec(
         "cumsum",
