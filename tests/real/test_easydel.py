@@ -87,6 +87,9 @@ CASES = {  # the stored pair -> EasyDeL's mesh (dp, fsdp, ep, tp, sp)
     # fsdp and sp as one, split back into a device's one row of the batch and its block of
     # the sequence
     "mixtral_dense_fsdp2_tp2_sp2_mask": "dp=1,fsdp=2,ep=1,tp=2,sp=2",
+    # ... and its routed experts at tp 4 (`"moe_method": "standard_moe"`): tokens argsorted
+    # by expert (a sort), then ejkernel's grouped matmul over each expert's run of rows
+    "mixtral_routed_tp4_mask": "dp=1,fsdp=1,ep=1,tp=4,sp=1",
     # Phi's LayerNorm on activations split over tp along the hidden dim: `rsqrt` times the
     # scale, both broadcast, sized only by the centred input they multiply
     "phi_fsdp2_tp2_sp2_mask": "dp=1,fsdp=2,ep=1,tp=2,sp=2",
@@ -250,6 +253,16 @@ EDITS = {
         "%constant.98 = s32[] constant(8), metadata",
         "%constant.98 = s32[] constant(4), metadata",
         (WINDOW, 1052),
+    ),
+    # Mixtral's routed experts: the all-reduce completing a grouped product taken out,
+    # caught with a counterexample now that the routing's argsort is simulated
+    "routed_experts_unreduced": (
+        "mixtral_routed_tp4_mask",
+        "%all-reduce.3 = bf16[64,128]{1,0} all-reduce(%dot.10), channel_id=9, "
+        "replica_groups=mesh['axis_0'=1,'axis_1'=4] {'axis_1'}, use_global_device_ids=true, "
+        "to_apply=%add.1.clone",
+        "%all-reduce.3 = bf16[64,128]{1,0} copy(%dot.10)",
+        ("ejkernel/kernels/_xla/grouped_matmul/_xla_impl_fwd.py", 128),
     ),
     # Mixtral's dense experts: the all-reduce completing their down projection taken out
     "experts_unreduced": (
