@@ -58,3 +58,17 @@ def test_the_frontier_claims_no_parting_of_views_over_a_dim_split_to_one_entry()
         dist, base, {x.id: {(layout, base_x)}}, parse_mesh(MESH), [finding]
     )
     assert not kept.definite and kept.reason == "no rule relates it"
+
+
+def test_an_empty_dim_beside_a_unit_is_no_reading():
+    """A unit inserted before an empty dim (Megatron's GPT at tp 4 holds one) has no inner
+    size to pair with the baseline's split there: it is passed over, not divided by."""
+    from scalify.engine.sub_axes import with_sub_view_forms
+
+    module = (
+        "HloModule m\nENTRY main {\n  x = f32[2,@] parameter(0)\n"
+        "  ROOT r = f32[2,1,@] broadcast(x), dimensions={0,2}\n}\n"
+    )
+    base = parse_graph_text(module.replace("@", "4"), "base.hlo")
+    dist = parse_graph_text(module.replace("@", "0"), "dist.hlo")
+    assert with_sub_view_forms(dist, base, parse_mesh("tp=2")) is dist

@@ -105,8 +105,8 @@ def with_sub_view_forms(dist: Graph, base: Graph, mesh: Mesh) -> Graph:
         x = dist.node(node.operands[0])
         for op, d, k in _unit_readings(node, x.shape):
             attrs = {"dim": d, "inner": k}
-            if node.op == op and node.attrs == attrs:
-                continue  # this reading already
+            if k == 0 or (node.op == op and node.attrs == attrs):
+                continue  # an empty dim, or this reading already
             if not any(
                 dim == d and m > k and m % k == 0 and any(n % (m // k) == 0 for n in sizes)
                 for dim, m in inners[op]

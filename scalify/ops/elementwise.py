@@ -288,6 +288,11 @@ OPS = [
     _elementwise("rem", 2, np.fmod, generate=_rem_instance),  # truncated: HLO's, C's, fmod
     _elementwise("mod", 2, np.remainder),  # floored: Python's and torch's `%`
     _elementwise("atan2", 2, np.arctan2),
+    # complex numbers (RoPE as a rotation, Llama 4's): the parts of a value, and one made
+    # from its parts; the simulator holds complex values as complex128
+    _elementwise("real", 1, np.real),
+    _elementwise("imag", 1, np.imag),
+    _elementwise("complex", 2, lambda a, b: a + 1j * b, result_dtype="c64"),
     _elementwise(
         "select",
         3,
