@@ -72,3 +72,32 @@ def test_an_empty_dim_beside_a_unit_is_no_reading():
     base = parse_graph_text(module.replace("@", "4"), "base.hlo")
     dist = parse_graph_text(module.replace("@", "0"), "dist.hlo")
     assert with_sub_view_forms(dist, base, parse_mesh("tp=2")) is dist
+
+
+def test_view_pairings_are_stated_once_a_pair_of_keys():
+    """An unrolled scan repeats one view thousands of times: the pairings of distributed and
+    baseline views are facts about their keys, so their number does not grow with the
+    copies (a fact for each pair of nodes made three million for EasyDeL's Mamba-2)."""
+    from scalify.engine.sub_axes import sub_axis_facts, with_sub_view_forms
+
+    def copies(text: str, n: int, shapes: tuple[str, str]) -> str:
+        """`text` with n more inputs, each reshaped as x is and returned (a scan's steps,
+        unrolled)."""
+        head, _ = text.split("  ROOT e = ")
+        views = "".join(
+            f"  x{i} = {shapes[0]} parameter({i + 1})\n  r{i} = {shapes[1]} reshape(x{i})\n"
+            for i in range(n)
+        )
+        outputs = ", ".join(["r", *(f"r{i}" for i in range(n))])
+        types = ", ".join([shapes[1]] * (n + 1))
+        return head + views + f"  ROOT t = ({types}) tuple({outputs})\n}}\n"
+
+    def pairings(n: int) -> int:
+        base = parse_graph_text(copies(BASE, n, ("f32[1,2,8]", "f32[2,8,1,1]")), "base.hlo")
+        dist = parse_graph_text(copies(DIST, n, ("f32[1,1,4]", "f32[1,4,1,1]")), "dist.hlo")
+        mesh = parse_mesh(MESH)
+        facts = sub_axis_facts(base, with_sub_view_forms(dist, base, mesh), mesh)
+        return sum(f.startswith("(SubView") for f in facts)
+
+    assert pairings(1) > 0
+    assert pairings(6) == pairings(1)

@@ -33,10 +33,19 @@ VIEWS = ("split", "merge")
 
 def sub_axis_facts(base: Graph, dist: Graph, mesh: Mesh) -> list[str]:
     """The facts for every pairing of a distributed view with a unit dim and a baseline
-    view of the same dim that it is a block of over two sub-axes; none when no pair."""
+    view of the same dim that it is a block of over two sub-axes (or two axes, or one
+    axis beside a true unit); none when no pair. Pairs are of keys, each stated once: an
+    unrolled scan repeats the same views thousands of times, and a fact per pair of nodes
+    made millions of them (EasyDeL's Mamba-2)."""
     facts: list[str] = []
     declared: set[tuple[str, int]] = set()
-    base_views = [n for n in base.nodes.values() if n.op in VIEWS]
+    twins: dict[tuple[str, int, int], dict[tuple[int, int, str], None]] = {}
+    for twin in base.nodes.values():
+        if twin.op in ("split", "merge"):
+            group = (twin.op, twin.attrs["dim"], len(base.node(twin.operands[0]).shape))
+            found = (twin.attrs["inner"], _viewed_size(twin, base))
+            twins.setdefault(group, {})[(*found, node_signature(twin, base, mesh).key)] = None
+    pairs: dict[str, None] = {}
     for node in dist.nodes.values():
         k = _unit_view_inner(node, dist)
         if k is None:
@@ -45,24 +54,19 @@ def sub_axis_facts(base: Graph, dist: Graph, mesh: Mesh) -> list[str]:
         dist_key = node_signature(node, dist, mesh).key
         unit = node.id if node.op == "split" else node.operands[0]  # the side whose dim is 1
         facts.append(f"(UnitAt {node_ref('d', unit)} {dim})")
-        for twin in base_views:
-            if twin.op != node.op or twin.attrs["dim"] != dim:
-                continue
-            if len(base.node(twin.operands[0]).shape) != len(dist.node(node.operands[0]).shape):
-                continue
-            m = twin.attrs["inner"]
+        group = (node.op, dim, len(dist.node(node.operands[0]).shape))
+        for m, whole, base_key in twins.get(group, ()):
             if m <= k or m % k:
                 continue
             q = m // k
-            whole = _viewed_size(twin, base)
-            base_key = node_signature(twin, base, mesh).key
             for outer, inner in _axis_pairs(mesh, q, whole // k if whole % k == 0 else 0):
-                facts.append(
+                pairs[
                     f"(SubView {egg_string(dist_key)} {egg_string(base_key)} "
                     f"{egg_string(outer)} {egg_string(inner)})"
-                )
+                ] = None
                 if "%" in inner:
                     declared.add((inner.split("%")[0], q))
+    facts += pairs
     named = _named_by_collectives(dist, mesh)
     if not named and not any(f.startswith("(SubView") for f in facts):
         return []
