@@ -284,8 +284,9 @@ def test_fewer_kv_heads_than_devices_verify_and_a_wrong_split_is_caught(cli, tmp
     assert (code, report["verdict"]) == (0, "equivalent"), report["suspects"][:1]
     assert report["stats"]["rules_fired"].get("slice_at_group_coordinate")
     # bounded the same at every degree (where a device's q heads are part of one KV head's
-    # group, tp 16 here, the sub-axes of tp add a second reading: about 7,800 nodes)
-    assert report["stats"]["egraph_nodes"] < 8_000
+    # group, tp 16 here, the sub-axes of tp add a second reading, and a unit beside the
+    # head split down to one a device a third: about 8,100 nodes)
+    assert report["stats"]["egraph_nodes"] < 8_500
     code, report = verify(cli, tmp_path, "tp_kv_heads_wrong_split")
     assert (code, report["verdict"]) == (1, "not_equivalent")
     first = report["suspects"][0]
