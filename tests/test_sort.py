@@ -82,3 +82,17 @@ def test_a_sort_by_another_comparator_stays_opaque_and_is_named(tmp_path):
     graph = parse_graph_text(text, "by_index.hlo")
     assert not any(n.op == "sort" for n in graph.nodes.values())
     assert any(n.op == "opaque" for n in graph.nodes.values())
+
+
+@pytest.mark.parametrize("dims", ["{0,1}", "{2}", "{}"])
+def test_a_sort_without_one_dimension_in_range_is_refused_at_its_line(tmp_path, capsys, dims):
+    from scalify.cli import main
+
+    text = _argsort_module(4, "LT", reduced=False).replace("dimensions={0}", f"dimensions={dims}")
+    path = tmp_path / "bad.hlo"
+    path.write_text(text)
+    line = next(i for i, s in enumerate(text.splitlines(), 1) if " sort(" in s)
+    code = main(["verify", str(path), str(path), "--mesh", "tp=2"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert f"bad.hlo:{line}:" in err and "needs one dimension to sort along" in err

@@ -2,7 +2,8 @@
 
 egglog 13.2 parses one program with memory quadratic in its length, so commands go in small
 chunks. Saturation runs in rounds (analysis to fixpoint, then one pass of layout rules) so
-that a round limit or node limit can stop it, and hitting either is reported.
+that a round limit, a node limit or a floor of free memory can stop it, and hitting one is
+reported.
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ def sub_axis_facts(base: Graph, dist: Graph, mesh: Mesh) -> list[str]:
     declared: set[tuple[str, int]] = set()
     twins: dict[tuple[str, int, int], dict[tuple[int, int, str], None]] = {}
     for twin in base.nodes.values():
-        if twin.op in ("split", "merge"):
+        if twin.op in VIEWS:
             group = (twin.op, twin.attrs["dim"], len(base.node(twin.operands[0]).shape))
             found = (twin.attrs["inner"], _viewed_size(twin, base))
             twins.setdefault(group, {})[(*found, node_signature(twin, base, mesh).key)] = None
@@ -98,7 +98,7 @@ def with_sub_view_forms(dist: Graph, base: Graph, mesh: Mesh) -> Graph:
     units, and canonicalisation may merge the wrong pair (Mamba-2's `[1, heads]`)."""
     inners = {
         op: {(n.attrs["dim"], n.attrs["inner"]) for n in base.nodes.values() if n.op == op}
-        for op in ("split", "merge")
+        for op in VIEWS
     }
     sizes = {n for _, n in mesh.axes}
     forms: list[tuple[int, Node]] = []

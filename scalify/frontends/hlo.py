@@ -789,8 +789,15 @@ class _Lowering:
     ) -> _Value:
         """HLO `sort` along `dimensions`: one `sort` node per operand (`part`), each reading
         every operand, since all are put in the order of the first."""
-        (dim,) = _ints(self.attr(ins, "dimensions") or "") or [0]
+        dims = _ints(self.attr(ins, "dimensions") or "")
         leaves = _leaves(ins.shape, _Array)
+        if len(dims) != 1 or not 0 <= dims[0] < len(leaves[0].dims):
+            raise self.error(
+                f"sort '{ins.name}' needs one dimension to sort along, of its "
+                f"{len(leaves[0].dims)}; found dimensions={{{','.join(map(str, dims))}}}",
+                ins.token,
+            )
+        (dim,) = dims
         nodes = tuple(
             self.new(
                 "sort",
