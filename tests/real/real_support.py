@@ -12,8 +12,18 @@ import os
 import pytest
 
 
+def installed(module: str) -> bool:
+    """Whether `module` can be imported. `find_spec` on a dotted name imports its parent
+    package, so a missing parent (`megatron` for `megatron.core`) raises instead of
+    answering `None`: both mean "not installed"."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:
+        return False
+
+
 def require(*modules: str) -> None:
-    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    missing = [m for m in modules if not installed(m)]
     if not missing:
         return
     message = f"needs {', '.join(missing)} (pip install -e '.[real]', see tests/real/README.md)"
