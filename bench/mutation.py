@@ -21,8 +21,8 @@ from pathlib import Path
 
 from scalify.compiler.compile import compile_rule_dir
 
-from scalify.mutate import MutationScore, score
-from scalify.mutation_corpus import case_pairs, hlo_pairs
+from scalify.soundness.mutate import MutationScore, score
+from scalify.soundness.mutation_corpus import case_pairs, hlo_pairs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from run import export_mlp  # noqa: E402

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from scalify.custom_calls import MEANINGS, CustomCall
 from scalify.errors import ScalifyError, line_of
+from scalify.frontends.custom_calls import MEANINGS, CustomCall
 
 from .ast import (
     App,

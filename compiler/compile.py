@@ -6,8 +6,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from scalify.custom_calls import CustomCall
 from scalify.errors import ScalifyError, line_of
+from scalify.frontends.custom_calls import CustomCall
 
 from .check import check_custom_calls, check_rule_set, error_at
 from .emit import emit_families, emit_rules
@@ -26,7 +26,7 @@ class CompiledRuleFile:
 class CompiledRuleSet:
     files: list[CompiledRuleFile]
     families: dict[str, tuple[str, ...]]
-    # what each declared custom-call target means (scalify/custom_calls.py)
+    # what each declared custom-call target means (scalify/frontends/custom_calls.py)
     custom_calls: dict[str, CustomCall] = field(default_factory=dict)
 
     @property

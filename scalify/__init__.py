@@ -12,7 +12,7 @@ __all__ = ["assert_equivalent", "capture"]
 
 def __getattr__(name: str) -> Any:
     if name == "assert_equivalent":
-        from .api import assert_equivalent
+        from scalify.api import assert_equivalent
 
         return assert_equivalent
     if name == "capture":  # `scalify.capture.export(...)` after a bare `import scalify`

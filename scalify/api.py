@@ -12,9 +12,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .mesh import Mesh, parse_mesh
-from .relations import RelationsFile
-from .report.model import EQUIVALENT, Report
+from scalify.mesh import Mesh, parse_mesh
+from scalify.relations import RelationsFile
+from scalify.report.model import EQUIVALENT, Report
 
 __all__ = ["assert_equivalent", "check_equivalent", "fake_mesh"]
 
@@ -24,7 +24,7 @@ def fake_mesh(spec: str = "tp=4") -> Any:
     to parallelise a module with DTensor in a test. `spec` is a mesh such as `tp=4`."""
     from torch.distributed.device_mesh import init_device_mesh
 
-    from .capture.fx_trace import fake_process_group
+    from scalify.capture.fx_trace import fake_process_group
 
     mesh = parse_mesh(spec)
     fake_process_group(mesh.size)
@@ -66,7 +66,7 @@ def _given_relations(
 
 def _weight_layouts(placements: dict[str, Any], mesh: Mesh) -> dict[str, Any]:
     """Input name -> (the layout a DTensor weight's placements give, its global shape)."""
-    from .capture.placements import placement_layout
+    from scalify.capture.placements import placement_layout
 
     found = {}
     for name, (placed, local_shape, global_shape) in placements.items():
@@ -79,7 +79,7 @@ def _weight_layouts(placements: dict[str, Any], mesh: Mesh) -> dict[str, Any]:
 def _placement_layouts(placed: list[Any], dist: Any, mesh: Mesh) -> dict[int, str]:
     """Output index -> the layout its DTensor placement gives, for the outputs that are
     DTensors (output_relations reads them unless the stated relations say otherwise)."""
-    from .capture.placements import placement_layout
+    from scalify.capture.placements import placement_layout
 
     shapes = [dist.node(o).shape for o in dist.outputs]
     layouts = [placement_layout(p, s, mesh) for p, s in zip(placed, shapes, strict=False)]
@@ -114,13 +114,13 @@ def check_equivalent(
     "real", "fake" (fake tensors: gets through framework code that branches on data when
     it sees a tracer) or "auto" (real, then fake for both when real tracing stops).
     """
-    from .canonicalize import canonicalize
-    from .capture.fx_trace import fake_process_group, trace
-    from .cli import default_rules_dir
-    from .compiler.compile import compile_rule_dir
-    from .custom_calls import expand_custom_calls
-    from .frontends.fx import graph_from_fx
-    from .verify import verify_graphs
+    from scalify.canon.canonicalize import canonicalize
+    from scalify.capture.fx_trace import fake_process_group, trace
+    from scalify.cli import default_rules_dir
+    from scalify.compiler.compile import compile_rule_dir
+    from scalify.frontends.custom_calls import expand_custom_calls
+    from scalify.frontends.fx import graph_from_fx
+    from scalify.verify import verify_graphs
 
     chosen = _mesh_of(mesh)
     fake_process_group(chosen.size)
@@ -151,7 +151,7 @@ def assert_equivalent(
     """`check_equivalent` with the same arguments (`options` are its keyword arguments),
     raising AssertionError with the text report unless the verdict is `equivalent` (pytest
     shows the suspects and their source lines). Returns the report."""
-    from .report import render
+    from scalify.report import render
 
     report = check_equivalent(baseline_fn, parallel_fn, **options)
     if report.verdict != EQUIVALENT:

@@ -8,8 +8,8 @@ import sys
 from importlib import resources
 from pathlib import Path
 
-from .engine.memory import MIN_FREE_SHARE
-from .errors import ScalifyError
+from scalify.engine.memory import MIN_FREE_SHARE
+from scalify.errors import ScalifyError
 
 EXIT_BAD_INPUT = 2
 
@@ -146,8 +146,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from .report import render
-    from .verify import Limits, verify_files
+    from scalify.report import render
+    from scalify.verify import Limits, verify_files
 
     report = verify_files(
         args.baseline,
@@ -178,10 +178,10 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def _simulate(args: argparse.Namespace) -> int:
-    from .frontends import load_graph
-    from .relations import output_relations, read_relations_file
-    from .simulate import NotSimulable, simulate
-    from .verify import choose_mesh, inferred_input_relations
+    from scalify.frontends import load_graph
+    from scalify.relations import output_relations, read_relations_file
+    from scalify.simulate import NotSimulable, simulate
+    from scalify.verify import choose_mesh, inferred_input_relations
 
     base, dist = load_graph(args.baseline), load_graph(args.distributed)
     given = read_relations_file(args.relations) if args.relations else None
@@ -200,7 +200,7 @@ def _simulate(args: argparse.Namespace) -> int:
 
 
 def _capture(args: argparse.Namespace) -> int:
-    from .capture.xla import torch_xla
+    from scalify.capture.xla import torch_xla
 
     done = torch_xla(args.function, args.baseline, mesh=args.mesh, out=args.out, python=args.python)
     seconds = ", ".join(f"{role} {s}s" for role, s in done.seconds.items())
@@ -210,7 +210,7 @@ def _capture(args: argparse.Namespace) -> int:
 
 
 def _lint(args: argparse.Namespace) -> int:
-    from .lint import lint_rules
+    from scalify.soundness.lint import lint_rules
 
     folder = args.folder or default_rules_dir()
     result = lint_rules(folder, bless=True if args.bless else None, fuzz=args.fuzz, seed=args.seed)
@@ -229,7 +229,7 @@ def _lint(args: argparse.Namespace) -> int:
 
 
 def _compile(args: argparse.Namespace) -> int:
-    from .compiler.compile import compile_rule_dir
+    from scalify.compiler.compile import compile_rule_dir
 
     sys.stdout.write(compile_rule_dir(args.folder or default_rules_dir()).program() + "\n")
     return 0

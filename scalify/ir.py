@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from scalify.values import literal_number
+
 # Reshapes that keep row-major order: a frontend's `reshape`, and the `merge` and `split`
 # steps canonicalisation turns it into (a graph may be canonicalised twice).
 ROW_MAJOR_VIEWS = frozenset({"reshape", "merge", "split"})
@@ -252,3 +254,37 @@ class NewNodes:
         )
         self.nodes.append(node)
         return node.id
+
+
+LITERAL_OPS = {"constant", "iota"}
+
+
+def literal_nodes(graph: Graph) -> set[int]:
+    """Nodes computed from literals only (no parameter among their inputs)."""
+    return graph.memo("literal_nodes", computed_from_literals)
+
+
+def computed_from_literals(graph: Graph) -> set[int]:
+    """`literal_nodes` computed afresh, for a graph still being rewritten (no memo)."""
+    literal: set[int] = set()
+    for node in graph.nodes.values():
+        if node.op in LITERAL_OPS or (
+            node.op != "parameter" and node.operands and all(o in literal for o in node.operands)
+        ):
+            literal.add(node.id)
+    return literal
+
+
+def is_zero_fill(node_id: int, nodes: dict[int, Node]) -> bool:
+    """A zero scalar, or a fill of one (`0`, `0.0`, `-0.0`, however the frontend spelled it)."""
+    text = fill_value(nodes[node_id], nodes)
+    return literal_number(text) == 0.0
+
+
+def fill_value(node: Node, nodes: dict[int, Node]) -> str | None:
+    """The literal text of a scalar constant, or of views and broadcasts of one (a fill)."""
+    while node.operands and (node.op in ROW_MAJOR_VIEWS or node.op == "broadcast"):
+        node = nodes[node.operands[0]]  # a view or a broadcast of a fill is that fill
+    if node.op != "constant" or node.shape != ():
+        return None
+    return str(node.attrs.get("value", ""))

@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .errors import ScalifyError
-from .mesh import Mesh
+from scalify.errors import ScalifyError
+from scalify.mesh import Mesh
 
 
 @dataclass(frozen=True, order=True)

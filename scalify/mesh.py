@@ -11,7 +11,7 @@ import itertools
 from dataclasses import dataclass
 from functools import cached_property
 
-from .errors import ScalifyError
+from scalify.errors import ScalifyError
 
 
 @dataclass(frozen=True)

@@ -13,10 +13,10 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import ScalifyError
-from .ir import Graph, TileSharding
-from .layout import REPLICATE, Layout, Placement, layout_str, local_shape, parse_layout
-from .mesh import Mesh
+from scalify.errors import ScalifyError
+from scalify.ir import Graph, TileSharding
+from scalify.layout import REPLICATE, Layout, Placement, layout_str, local_shape, parse_layout
+from scalify.mesh import Mesh
 
 
 @dataclass(frozen=True)

@@ -8,46 +8,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
-from .canonicalize import canonicalize
-from .chunk_axes import CHUNK_AXIS, lift_chunk_axis
-from .compiler.compile import CompiledRuleSet, compile_rule_dir
-from .compiler.lower import rule_name
-from .custom_calls import undeclared_note
-from .device_windows import with_window_forms
-from .early_outputs import early_output, scaled_output
-from .engine.decode import read_proof
-from .engine.egraph import ROUNDS_PER_CHECK, RunStats, rules_session
-from .engine.encode import (
+from scalify.canon.canonicalize import canonicalize
+from scalify.compiler.compile import CompiledRuleSet, compile_rule_dir
+from scalify.compiler.lower import rule_name
+from scalify.engine.decode import read_proof
+from scalify.engine.egraph import ROUNDS_PER_CHECK, RunStats, rules_session
+from scalify.engine.encode import (
     GraphEncoder,
     layout_term,
     node_ref,
     signature_facts,
     vocabulary_facts,
 )
-from .engine.frontier import (
-    frontier,
-    output_mismatch,
-    partial_origin,
-    with_off_axis_collectives,
-)
-from .engine.memory import MIN_FREE_SHARE
-from .engine.scaling import scaled_outputs, scaling_facts, scaling_rules
-from .engine.sub_axes import sub_axis_facts, with_sub_view_forms
-from .engine.view_parting import with_view_partings
-from .errors import ScalifyError
-from .fill_outputs import fill_fits
-from .frontends import load_graph
-from .ir import Graph
-from .layout import Layout, canonical, layout_str, local_shape
-from .mesh import Mesh, parse_mesh
-from .nearest import rules_for_op
-from .neighbourhood import neighbourhood
-from .numeric_frontier import read_numbers
-from .ops import COLLECTIVES
-from .ops.structural import is_elided
-from .parallel import PREFETCH_AFTER, prefetch_segments
-from .part_layouts import infer_parts, local_part_cuts, with_output_parts, with_part_views
-from .partition import (
+from scalify.engine.memory import MIN_FREE_SHARE
+from scalify.engine.parallel import PREFETCH_AFTER, prefetch_segments
+from scalify.engine.partition import (
     Segment,
     canonical_order,
     cut_points,
@@ -61,15 +36,48 @@ from .partition import (
     structural_key,
     subgraph,
 )
-from .relations import (
+from scalify.engine.scaling import scaled_outputs, scaling_facts, scaling_rules
+from scalify.engine.sub_axes import sub_axis_facts, with_sub_view_forms
+from scalify.errors import ScalifyError
+from scalify.forms.chunk_axes import CHUNK_AXIS, lift_chunk_axis
+from scalify.forms.device_windows import with_window_forms
+from scalify.forms.early_outputs import early_output, scaled_output
+from scalify.forms.fill_outputs import fill_fits
+from scalify.forms.part_layouts import (
+    infer_parts,
+    local_part_cuts,
+    with_output_parts,
+    with_part_views,
+)
+from scalify.forms.repeat_units import infer_repeat_units
+from scalify.forms.selected_blocks import with_selected_block_forms
+from scalify.forms.slice_views import with_slice_alternatives
+from scalify.forms.unit_broadcasts import with_paired_broadcast_forms, with_unit_broadcast_forms
+from scalify.forms.unit_dims import with_unit_alternatives
+from scalify.forms.unit_dots import squeezed_unit, with_unit_dot_forms
+from scalify.forms.unit_round_trips import with_round_trip_forms
+from scalify.forms.view_chains import with_view_chain_forms
+from scalify.frontends import load_graph
+from scalify.frontends.custom_calls import undeclared_note
+from scalify.ir import Graph
+from scalify.layout import Layout, canonical, layout_str, local_shape
+from scalify.mesh import Mesh, parse_mesh
+from scalify.ops import COLLECTIVES
+from scalify.ops.structural import is_elided
+from scalify.relations import (
     Relation,
     RelationsFile,
     input_relations,
     output_relations,
     read_relations_file,
 )
-from .repeat_units import infer_repeat_units
-from .report.model import (
+from scalify.report.frontier import (
+    frontier,
+    output_mismatch,
+    partial_origin,
+    with_off_axis_collectives,
+)
+from scalify.report.model import (
     EQUIVALENT,
     MADE_AT,
     NOT_EQUIVALENT,
@@ -79,14 +87,11 @@ from .report.model import (
     Site,
     Suspect,
 )
-from .selected_blocks import with_selected_block_forms
-from .simulate import NotSimulable, simulate
-from .slice_views import with_slice_alternatives
-from .unit_broadcasts import with_paired_broadcast_forms, with_unit_broadcast_forms
-from .unit_dims import with_unit_alternatives
-from .unit_dots import squeezed_unit, with_unit_dot_forms
-from .unit_round_trips import with_round_trip_forms
-from .view_chains import with_view_chain_forms
+from scalify.report.nearest import rules_for_op
+from scalify.report.neighbourhood import neighbourhood
+from scalify.report.numeric_frontier import read_numbers
+from scalify.report.view_parting import with_view_partings
+from scalify.simulate import NotSimulable, simulate
 
 # Graphs below this size are proved whole; partitioning pays off on deep stacks.
 PARTITION_MIN_NODES = 400

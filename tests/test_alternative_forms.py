@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 from conftest import REPO, export_example
 
+from scalify.forms.slice_views import with_slice_alternatives
 from scalify.frontends import load_graph
 from scalify.ir import Graph
 from scalify.mesh import Mesh
 from scalify.relations import input_relations
 from scalify.simulate.spmd import distribute, random_input, run_baseline, run_spmd
-from scalify.slice_views import with_slice_alternatives
 from scalify.verify import alternative_forms
 
 pytest.importorskip("jax")

@@ -28,7 +28,7 @@ from torch.distributed.tensor.parallel import (  # noqa: E402
 
 import scalify  # noqa: E402
 from scalify.api import check_equivalent, fake_mesh  # noqa: E402
-from scalify.canonicalize import canonicalize  # noqa: E402
+from scalify.canon.canonicalize import canonicalize  # noqa: E402
 from scalify.capture.fx_trace import trace  # noqa: E402
 from scalify.frontends.fx import graph_from_fx  # noqa: E402
 from scalify.simulate.spmd import run_baseline  # noqa: E402

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from scalify.canonicalize import canonicalize
+from scalify.canon.canonicalize import canonicalize
 from scalify.ir import Graph, Node
 
 

@@ -1,4 +1,4 @@
-"""A dim of independent chunks read as a mesh axis (scalify/chunk_axes.py): the lifted graph
+"""A dim of independent chunks read as a mesh axis (scalify/forms/chunk_axes.py): the lifted graph
 computes exactly what the original computes, graphs that mix chunks are left alone, and
 single-device split-KV attention verifies against plain attention with each bug caught at
 its line. Graphs are lowered by JAX in a subprocess."""
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from conftest import REPO, assert_caught, assert_proved, export_example, verify_json
 
-from scalify.chunk_axes import CHUNK_AXIS, lift_chunk_axis
+from scalify.forms.chunk_axes import CHUNK_AXIS, lift_chunk_axis
 from scalify.frontends import load_graph
 from scalify.mesh import Mesh
 from scalify.simulate.spmd import random_input, run_baseline, run_spmd

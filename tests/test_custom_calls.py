@@ -11,9 +11,9 @@ import pytest
 from conftest import REPO, rules_with, run_cli
 from scalify.compiler.compile import compile_rule_dir, compile_texts
 
-from scalify.custom_calls import undeclared_note
 from scalify.errors import ScalifyError
 from scalify.frontends import load_graph
+from scalify.frontends.custom_calls import undeclared_note
 from scalify.simulate.spmd import run_baseline
 
 PAIR = REPO / "tests" / "custom_calls"

@@ -4,7 +4,7 @@ as one form, and a value the same on every device is left as its program wrote i
 
 from __future__ import annotations
 
-from scalify.canonicalize import canonicalize
+from scalify.canon.canonicalize import canonicalize
 from scalify.frontends import parse_graph_text
 
 

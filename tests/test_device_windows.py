@@ -1,7 +1,7 @@
 """A slice whose offsets do not fall on the blocks' edges, as XLA's partitioner reshards it:
 each device cuts windows of its own block, hands one to a neighbour with a
 collective-permute, and picks per device with a select on its id. The device's result is
-proved its block of the baseline's slice (scalify/device_windows.py); a wrong pick, a wrong
+proved its block of the baseline's slice (scalify/forms/device_windows.py); a wrong pick, a wrong
 permute, a wrong window and a window taken across another mesh axis are not."""
 
 from __future__ import annotations

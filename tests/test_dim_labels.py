@@ -3,7 +3,7 @@ merge dims and split them back (Megatron's `logits_2d[arange, target.view(-1)]`)
 
 from __future__ import annotations
 
-from scalify.block_lookup import dim_atoms, dim_labels
+from scalify.canon.block_lookup import dim_atoms, dim_labels
 from scalify.ir import Node
 
 

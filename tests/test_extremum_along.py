@@ -8,7 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from scalify.canonicalize import canonicalize  # noqa: E402
+from scalify.canon.canonicalize import canonicalize  # noqa: E402
 from scalify.capture.fx_trace import trace  # noqa: E402
 from scalify.frontends.fx import graph_from_fx  # noqa: E402
 from scalify.simulate.spmd import run_baseline  # noqa: E402

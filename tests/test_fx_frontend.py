@@ -19,7 +19,7 @@ import torch.distributed._functional_collectives as funcol  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
-from scalify.canonicalize import canonicalize  # noqa: E402
+from scalify.canon.canonicalize import canonicalize  # noqa: E402
 from scalify.frontends import load_graph  # noqa: E402
 from scalify.frontends.fx import graph_from_fx  # noqa: E402
 from scalify.simulate.spmd import run_baseline  # noqa: E402

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from conftest import REPO
 
+from scalify.forms.unit_round_trips import with_round_trip_forms
 from scalify.frontends import load_graph
 from scalify.simulate.spmd import run_baseline
-from scalify.unit_round_trips import with_round_trip_forms
 
 pytest.importorskip("jax")
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from scalify.canonicalize import canonicalize
+from scalify.canon.canonicalize import canonicalize
 from scalify.capture.fx_trace import trace
 from scalify.frontends.fx import graph_from_fx
 from scalify.ir import feeding

@@ -75,7 +75,7 @@ def test_an_index_under_a_transpose_and_a_start_of_zero_is_assumed_in_range():
     import pytest
 
     torch = pytest.importorskip("torch")
-    from scalify.canonicalize import canonicalize
+    from scalify.canon.canonicalize import canonicalize
     from scalify.capture.fx_trace import trace
     from scalify.frontends.fx import graph_from_fx
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from scalify.device_tables import joint_coordinate_fit
-from scalify.gather_sinking import sink_gathers
+from scalify.canon.gather_sinking import sink_gathers
+from scalify.externs.device_tables import joint_coordinate_fit
 from scalify.ir import Graph, Node
 from scalify.report.text import render_text
 from scalify.verify import verify_files

@@ -20,7 +20,7 @@ from torch.distributed._functional_collectives import all_reduce  # noqa: E402
 
 from scalify.api import check_equivalent, fake_mesh  # noqa: E402
 from scalify.capture.fx_trace import trace  # noqa: E402
-from scalify.custom_calls import expand_custom_calls  # noqa: E402
+from scalify.frontends.custom_calls import expand_custom_calls  # noqa: E402
 from scalify.frontends.fx import graph_from_fx  # noqa: E402
 from scalify.simulate.spmd import run_baseline  # noqa: E402
 

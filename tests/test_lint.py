@@ -218,7 +218,7 @@ def test_a_rule_that_grows_the_egraph_without_bound_is_stopped_and_named():
     """A rule that wraps every op in two others feeds on its own output: on a fuzz instance the
     e-graph is stopped at its node limit (read every round, not every 20, so it never takes
     the machine's memory) and the instance is a failure that says why."""
-    from scalify.fuzz import FUZZ_NODE_LIMIT, check_instance, generate
+    from scalify.soundness.fuzz import FUZZ_NODE_LIMIT, check_instance, generate
 
     instance = generate("exp", np.random.default_rng(0))
     grow = (  # two new ops around each one: twice as many each round

@@ -1,11 +1,11 @@
 """An integer value computed from literals alone is written as the count or fill it is
-(`scalify/literal_arrays.py`); a value that is neither keeps its ops."""
+(`scalify/canon/literal_arrays.py`); a value that is neither keeps its ops."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from scalify.canonicalize import canonicalize
+from scalify.canon.canonicalize import canonicalize
 from scalify.frontends import parse_graph_text
 
 REPO_RULES = Path(__file__).resolve().parents[1] / "rules"

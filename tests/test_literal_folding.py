@@ -3,8 +3,8 @@ fresh zeros, whose zeros are no value to count once per device), `0 + 0` a zero 
 
 from __future__ import annotations
 
+from scalify.canon.literal_folding import fold_literals
 from scalify.ir import Graph, Node
-from scalify.literal_folding import fold_literals
 
 
 def _graph(zero_value: str, shape=(4,)) -> Graph:

@@ -10,12 +10,12 @@ import pytest
 from conftest import REPO, export_example
 from scalify.compiler.compile import compile_rule_dir
 
-from scalify.frames import pick_location
+from scalify.frontends.frames import pick_location
 from scalify.ir import SourceLoc
 from scalify.layout import layout_str
-from scalify.mutate import mutants
-from scalify.mutation_corpus import hlo_pairs
 from scalify.relations import RelationsFile, input_relations, output_relations
+from scalify.soundness.mutate import mutants
+from scalify.soundness.mutation_corpus import hlo_pairs
 from scalify.verify import Limits, verify_graphs
 
 pytest.importorskip("jax")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from conftest import REPO
 from scalify.compiler.compile import compile_rule_dir
 
-from scalify.nearest import rules_for_op
+from scalify.report.nearest import rules_for_op
 
 RULES = compile_rule_dir(REPO / "rules")
 

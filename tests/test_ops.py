@@ -7,9 +7,9 @@ import pytest
 from scalify.compiler.signatures import DIM_MAPPED, OP_ARITY, OP_ATTRS
 
 from scalify.engine.signature import node_signature
-from scalify.fuzz import generate
 from scalify.ops import OPS
 from scalify.simulate import NotSimulable
+from scalify.soundness.fuzz import generate
 
 GENERATED = sorted(name for name, spec in OPS.items() if spec.generate)
 

@@ -9,7 +9,7 @@ from conftest import REPO
 from scalify.compiler.compile import compile_rule_dir
 
 from scalify.engine import egraph
-from scalify.prelude_fuzz import PRELUDE_RULES, fuzz_prelude
+from scalify.soundness.prelude_fuzz import PRELUDE_RULES, fuzz_prelude
 
 # (the prelude's text, the planted unsound text): a rule's guard or its axis order undone
 PLANTED = {

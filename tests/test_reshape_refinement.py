@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from scalify.reshape_refinement import refined_steps
+from scalify.canon.reshape_refinement import refined_steps
 
 
 def _shapes(source: list[int], steps) -> list[list[int]]:

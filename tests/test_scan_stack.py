@@ -89,8 +89,8 @@ ENTRY main {{
 def test_slice_offsets_key_relative_to_the_segment_but_never_apart():
     """Layer k's slices key like layer 0's when both graphs slice the same layer; a
     distributed slice of another layer than the baseline's keys differently."""
+    from scalify.engine.partition import structural_key
     from scalify.frontends import parse_graph_text
-    from scalify.partition import structural_key
 
     def key(base_start: int, dist_start: int) -> str:
         base, dist = (

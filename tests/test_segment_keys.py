@@ -4,9 +4,9 @@ its proof is still reused. Equal keys place the memoised facts at the same nodes
 
 from __future__ import annotations
 
+from scalify.engine.partition import canonical_order, structural_key
 from scalify.ir import Graph, Node
 from scalify.layout import Placement
-from scalify.partition import canonical_order, structural_key
 from scalify.relations import Relation
 
 

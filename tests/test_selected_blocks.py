@@ -1,7 +1,7 @@
 """A constant index into a dim split one entry a device, as XLA's partitioner writes it:
 each device zeroes its block unless it is device k of its group (perhaps after a
 collective-permute hands it another device's block), and an all-reduce over the group
-sums the one block left (scalify/selected_blocks.py). Proved to be the baseline's slice;
+sums the one block left (scalify/forms/selected_blocks.py). Proved to be the baseline's slice;
 a wrong device, a block from another group, a nonzero fill, every device keeping its block
 and a sum over more than the group are not."""
 

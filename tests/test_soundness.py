@@ -10,10 +10,10 @@ from scalify.compiler.compile import compile_rule_dir
 
 from scalify.frontends import load_graph
 from scalify.mesh import parse_mesh
-from scalify.mutate import MutationScore, score
-from scalify.mutation_corpus import case_pairs, hlo_pairs
 from scalify.relations import input_relations, output_relations
 from scalify.simulate import simulate
+from scalify.soundness.mutate import MutationScore, score
+from scalify.soundness.mutation_corpus import case_pairs, hlo_pairs
 
 HLO = MLP / "hlo"
 

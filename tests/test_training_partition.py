@@ -12,11 +12,11 @@ from conftest import REPO, export_example
 from scalify.compiler.compile import compile_rule_dir
 
 import scalify.verify as verify_module
+from scalify.engine.partition import cut_points, forward_region, in_pass_order, segments
 from scalify.frontends import load_graph
 from scalify.ir import Node
 from scalify.layout import layout_str
 from scalify.mesh import parse_mesh
-from scalify.partition import cut_points, forward_region, in_pass_order, segments
 from scalify.relations import RelationsFile, input_relations, output_relations
 from scalify.report.text import render_text
 from scalify.verify import verify_graphs

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from conftest import verify_texts
 
-from scalify.engine.frontier import Finding
-from scalify.engine.view_parting import with_view_partings
 from scalify.frontends import parse_graph_text
 from scalify.layout import Placement
 from scalify.mesh import parse_mesh
+from scalify.report.frontier import Finding
+from scalify.report.view_parting import with_view_partings
 
 BASE = """HloModule base
 ENTRY main {

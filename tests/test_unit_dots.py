@@ -1,15 +1,15 @@
 """Dots whose operands had a unit dim squeezed away, with the unit kept as a batch pair
-(`scalify/unit_dots.py`): every form it adds equals the node it is paired with, checked
+(`scalify/forms/unit_dots.py`): every form it adds equals the node it is paired with, checked
 numerically on a graph that uses each case, and the forms appear where they should."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from scalify.canonicalize import canonicalize
+from scalify.canon.canonicalize import canonicalize
+from scalify.forms.unit_dots import with_unit_dot_forms
 from scalify.frontends import parse_graph_text
 from scalify.simulate.spmd import random_input, run_baseline
-from scalify.unit_dots import with_unit_dot_forms
 
 # q with one head [b, s, 1, d] and k^T [b, 1, d, s], both squeezed (a device's one head),
 # their scores, and the scores times a v that was never 4-D ([b, s, d])

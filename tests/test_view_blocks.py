@@ -1,5 +1,5 @@
 """A device's block of a weight re-laid out by views, written as its blocks of the weight's
-parts (`scalify/view_blocks.py`): found by running the view chain on the cut dim's
+parts (`scalify/canon/view_blocks.py`): found by running the view chain on the cut dim's
 positions, exact on every device, and not found where the chain moves another dim or the
 block is one run."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from scalify.canonicalize import canonicalize
+from scalify.canon.canonicalize import canonicalize
 from scalify.frontends import parse_graph_text
 from scalify.mesh import parse_mesh
 from scalify.simulate.spmd import run_spmd

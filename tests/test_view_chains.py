@@ -1,4 +1,4 @@
-"""Chains of views in their normal form (`scalify/view_chains.py`): every form it adds equals
+"""Chains of views in their normal form (`scalify/forms/view_chains.py`): every form it adds equals
 the node it is paired with, checked numerically on chains that take other routes to the
 same tensor; and attention whose heads are reached by such chains (examples/attention_views)
 is proved at every degree while a wrong factor, a swapped weight view or a merge in the
@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 from conftest import REPO, bug_line, export_example, exported_at
 
-from scalify.canonicalize import canonicalize
+from scalify.canon.canonicalize import canonicalize
+from scalify.forms.view_chains import with_view_chain_forms
 from scalify.frontends import parse_graph_text
 from scalify.simulate.spmd import random_input, run_baseline
-from scalify.view_chains import with_view_chain_forms
 
 jax = pytest.importorskip("jax")
 jnp = pytest.importorskip("jax.numpy")

@@ -15,15 +15,15 @@ __all__ = ["export", "torch_xla", "trace_per_device"]
 
 def __getattr__(name: str) -> Any:
     if name == "export":
-        from .pt2 import export
+        from scalify.capture.pt2 import export
 
         return export
     if name == "trace_per_device":
-        from .device_probe import trace_per_device
+        from scalify.capture.device_probe import trace_per_device
 
         return trace_per_device
     if name == "torch_xla":
-        from .xla import torch_xla
+        from scalify.capture.xla import torch_xla
 
         return torch_xla
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -28,9 +28,8 @@ from typing import Any
 
 import torch
 
+from scalify.capture import device_ops
 from scalify.errors import ScalifyError
-
-from . import device_ops
 
 Probe = tuple[int, ...]  # a device's coordinates on the root mesh
 

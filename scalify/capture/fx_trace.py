@@ -90,8 +90,8 @@ def trace(
     reads a value from a traced tensor."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    from .device_probe import trace_on_devices
-    from .placements import Placed, tensor_leaves
+    from scalify.capture.device_probe import trace_on_devices
+    from scalify.capture.placements import Placed, tensor_leaves
 
     if tracing_mode not in TRACING_MODES:
         raise ValueError(f"tracing_mode must be one of {TRACING_MODES}, not {tracing_mode!r}")
@@ -186,7 +186,7 @@ def _stack_traces_from_the_program() -> Iterator[None]:
     `backward`. Stacks through a `forward` are kept as FX keeps them."""
     from torch.fx.proxy import TracerBase
 
-    from scalify.frames import is_machinery
+    from scalify.frontends.frames import is_machinery
 
     original = TracerBase._filter_traceback_frames
 
@@ -257,7 +257,7 @@ def _weight_names(
 def _weight_placements(modules: list[tuple[str, nn.Module]]) -> dict[str, tuple[Any, Any, Any]]:
     """Input name -> (placement, local shape, global shape) of each weight that is a DTensor
     (SimpleFSDP's and FSDP2's shards), for the inputs no relation states."""
-    from .placements import tensor_leaves
+    from scalify.capture.placements import tensor_leaves
 
     found: dict[str, tuple[Any, Any, Any]] = {}
     for name, weight in _weight_names(modules):
@@ -369,7 +369,7 @@ def tracing_error(fn: Callable[..., Any], exc: BaseException) -> Exception:
     """A `ScalifyError` saying where in the model tracing stopped and why."""
 
     from scalify.errors import ScalifyError
-    from scalify.frames import is_machinery, pick_location
+    from scalify.frontends.frames import is_machinery, pick_location
     from scalify.ir import SourceLoc
 
     chain: list[BaseException] = []  # the error and what it was raised from, outermost first

@@ -21,10 +21,9 @@ def export(fn: Callable[..., Any], example_inputs: Sequence[Any], path: str | Pa
     is a weight's gradient (or the weight after an optimizer step) is recorded as such, and
     takes that weight's layout.
     """
+    from scalify.capture.fx_trace import as_exported, trace
+    from scalify.capture.placements import placement_text
     from scalify.frontends.fx import save_exported
-
-    from .fx_trace import as_exported, trace
-    from .placements import placement_text
 
     inputs = tuple(example_inputs)
     target = Path(path)

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from scalify.engine.egraph import EGraphSession
 from scalify.layout import Layout, Placement
-
-from .egraph import EGraphSession
 
 
 def read_proof(

@@ -15,9 +15,8 @@ from importlib import resources
 
 import egglog.bindings as egglog
 
+from scalify.engine.memory import MIN_FREE_SHARE, memory_low
 from scalify.errors import ScalifyError
-
-from .memory import MIN_FREE_SHARE, memory_low
 
 CHUNK = 400
 REPORT_PASSES = 12

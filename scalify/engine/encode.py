@@ -13,14 +13,13 @@ from __future__ import annotations
 import itertools
 import math
 
+from scalify.engine.signature import node_signature
 from scalify.ir import Graph, Node, is_scalar_fill
 from scalify.layout import Layout, value_step
 from scalify.mesh import Mesh
 from scalify.ops import ELEMENTWISE, NOT_PURE, SIZED_OPERAND
 from scalify.ops.spec import Signature
 from scalify.values import literal_number
-
-from .signature import node_signature
 
 # where unit_broadcasts.py leaves, in graph.derived, each twin it adds and the broadcast form
 # that twin reads
@@ -202,7 +201,7 @@ def _sized_by_user(user: Node, operand: Node) -> bool:
 
 def _of_literal(graph: Graph, node_id: int) -> bool:
     """A value computed from literals only (an iota, a constant, reshapes of them)."""
-    from scalify.partition import literal_nodes
+    from scalify.ir import literal_nodes
 
     return node_id in literal_nodes(graph)
 

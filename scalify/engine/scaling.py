@@ -27,16 +27,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from scalify.engine.encode import egg_string, literal_key, node_ref
 from scalify.ir import Graph
 from scalify.mesh import Mesh
 from scalify.ops import OPS
 from scalify.ops.spec import Scaling
 from scalify.values import dtype_class, literal_number
 
-from .encode import egg_string, literal_key, node_ref
-
 if TYPE_CHECKING:
-    from .egraph import EGraphSession
+    from scalify.engine.egraph import EGraphSession
 
 
 @cache

@@ -20,13 +20,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from scalify.engine.encode import egg_string, node_ref
+from scalify.engine.signature import node_signature
 from scalify.ir import Graph, Node, place_after
 from scalify.mesh import Mesh, sub_axes, sub_axis_parts
 from scalify.ops import COLLECTIVES
 from scalify.ops.collectives import collective_axes
-
-from .encode import egg_string, node_ref
-from .signature import node_signature
 
 VIEWS = ("split", "merge")
 

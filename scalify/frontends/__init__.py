@@ -5,20 +5,20 @@ from __future__ import annotations
 import gzip
 from pathlib import Path
 
-from scalify.canonicalize import canonicalize
-from scalify.custom_calls import CustomCall, expand_custom_calls
+from scalify.canon.canonicalize import canonicalize
 from scalify.errors import ScalifyError
+from scalify.frontends.custom_calls import CustomCall, expand_custom_calls
 from scalify.ir import Graph
 
 
 def load_graph(path: str, custom_calls: dict[str, CustomCall] | None = None) -> Graph:
     """Load a graph file, choosing the frontend from its content; `custom_calls` are the
-    rule files' declared meanings of custom-call targets (scalify/custom_calls.py)."""
+    rule files' declared meanings of custom-call targets (scalify/frontends/custom_calls.py)."""
     file = Path(path)
     if not file.is_file():
         raise ScalifyError(f"graph file not found: {path}", path)
     if file.suffix == ".pt2":  # a torch.export.save archive (zip): the FX frontend
-        from .fx import load_fx
+        from scalify.frontends.fx import load_fx
 
         graph = load_fx(path)
         expand_custom_calls(graph, custom_calls or {})  # a framework's own ops
@@ -48,7 +48,7 @@ def parse_graph_text(
 ) -> Graph:
     """HLO text to canonical IR (what every consumer of graphs should call), declared
     custom calls replaced by their meaning first."""
-    from .hlo import parse_hlo
+    from scalify.frontends.hlo import parse_hlo
 
     graph = parse_hlo(text, path)
     expand_custom_calls(graph, custom_calls or {})

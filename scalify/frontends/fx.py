@@ -56,12 +56,12 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from scalify.coordinate_form import device_coordinate
 from scalify.errors import ScalifyError
-from scalify.frames import pick_location
 from scalify.frontends.common import prune_and_renumber
+from scalify.frontends.frames import pick_location
 from scalify.ir import Graph, Node, SourceLoc, at_line
-from scalify.one_hot_forms import one_hot_of
+from scalify.ops.coordinate_form import device_coordinate
+from scalify.ops.one_hot_forms import one_hot_of
 
 # the namespace of the ops that name device-dependent values (scalify/capture/device_ops.py)
 DEVICE_NAMESPACE = "scalify"
@@ -196,7 +196,7 @@ _FRAME_RE = re.compile(r'File "([^"]+)", line (\d+), in ([^\n]+)')
 
 
 def source_loc(stack_trace: str | None, cwd: str | None = None) -> SourceLoc | None:
-    """The model-code frame of an FX `stack_trace` (see `scalify.frames.pick_location`)."""
+    """The model-code frame of an FX `stack_trace` (see `frames.pick_location`)."""
     if not stack_trace:
         return None
     frames = [

@@ -19,13 +19,9 @@ from lark import Token
 from lark.exceptions import UnexpectedInput
 
 from scalify.errors import ScalifyError, line_of
-from scalify.frames import pick_location
 from scalify.frontends.common import prune_and_renumber
-from scalify.ir import Graph, Node, SourceLoc, TileSharding
-from scalify.one_hot_forms import rows_added
-from scalify.ops import PLAIN_ELEMENTWISE
-
-from .hlo_attributes import (
+from scalify.frontends.frames import pick_location
+from scalify.frontends.hlo_attributes import (
     _GATHER_FIELDS,
     _SCATTER_FIELDS,
     _check_batching,
@@ -48,7 +44,7 @@ from .hlo_attributes import (
     _unquote,
     _vector_dim,
 )
-from .hlo_syntax import (
+from scalify.frontends.hlo_syntax import (
     MAX_UNROLLED_INSTRUCTIONS,
     _Array,
     _BadToken,
@@ -63,6 +59,9 @@ from .hlo_syntax import (
     _syntax_error,
     _window_field,
 )
+from scalify.ir import Graph, Node, SourceLoc, TileSharding
+from scalify.ops import PLAIN_ELEMENTWISE
+from scalify.ops.one_hot_forms import rows_added
 
 __all__ = ["load_hlo", "parse_hlo"]
 

@@ -8,13 +8,12 @@ import math
 import re
 from typing import Any, TypeVar
 
-from scalify.frames import pick_location
-from scalify.ir import Node, SourceLoc, TileSharding
-
-from .hlo_syntax import (
+from scalify.frontends.frames import pick_location
+from scalify.frontends.hlo_syntax import (
     _Array,
     _Shape,
 )
+from scalify.ir import Node, SourceLoc, TileSharding
 
 # --------------------------------------------------------------------------------------------
 # Attribute parsers (small and dedicated, on raw attribute text)

@@ -4,13 +4,13 @@ family, and the tables derived from those declarations.
 Adding an op is one entry in a family module (and its frontend mappings): the compiler's
 op tables (`compiler/signatures.py`), the signature keys and dim maps
 (`scalify/engine/signature.py`), the simulator (`scalify/simulate/kernels.py`) and the
-fuzzer (`scalify/fuzz.py`) read it from here.
+fuzzer (`scalify/soundness/fuzz.py`) read it from here.
 """
 
 from __future__ import annotations
 
-from . import collectives, elementwise, indexing, structural
-from .spec import KeyInput, OpSpec, registry
+from scalify.ops import collectives, elementwise, indexing, structural
+from scalify.ops.spec import KeyInput, OpSpec, registry
 
 OPS: dict[str, OpSpec] = registry(elementwise.OPS, structural.OPS, indexing.OPS, collectives.OPS)
 

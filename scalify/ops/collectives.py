@@ -7,9 +7,8 @@ from __future__ import annotations
 import math
 
 from scalify.mesh import Mesh
+from scalify.ops.spec import KeyInput, OpSpec, ints, same_shape_maps
 from scalify.values import NotSimulable
-
-from .spec import KeyInput, OpSpec, ints, same_shape_maps
 
 
 def permute_senders(node) -> dict[int, int]:

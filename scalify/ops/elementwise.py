@@ -9,16 +9,24 @@ from dataclasses import replace
 import numpy as np
 
 from scalify.layout import Layout, local_shape
-from scalify.values import NotSimulable, dtype_class, host
-
-from .indexing import (
+from scalify.ops.indexing import (
     asks_for_masked_lookup,
     asks_for_one_device,
     device_slice,
     masked_lookup,
     one_device_select,
 )
-from .spec import EACH, TOGETHER, KeyInput, OpSpec, Scaling, ints, no_key, same_shape_maps
+from scalify.ops.spec import (
+    EACH,
+    TOGETHER,
+    KeyInput,
+    OpSpec,
+    Scaling,
+    ints,
+    no_key,
+    same_shape_maps,
+)
+from scalify.values import NotSimulable, dtype_class, host
 
 
 def _divide(a: np.ndarray, b: np.ndarray) -> np.ndarray:

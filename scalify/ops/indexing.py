@@ -5,13 +5,20 @@ from __future__ import annotations
 
 import numpy as np
 
-from scalify.coordinate_form import device_coordinate
 from scalify.ir import Node
 from scalify.layout import Layout, Placement, local_shape
+from scalify.ops import gather_scatter as indexing
+from scalify.ops.coordinate_form import device_coordinate
+from scalify.ops.spec import (
+    TOGETHER,
+    KeyInput,
+    OpSpec,
+    Scaling,
+    attrs_and_shape_key,
+    int_attrs_key,
+    ints,
+)
 from scalify.values import NotSimulable, host
-
-from . import gather_scatter as indexing
-from .spec import TOGETHER, KeyInput, OpSpec, Scaling, attrs_and_shape_key, int_attrs_key, ints
 
 # take / take_along
 

@@ -58,7 +58,7 @@ DimMap = Callable[["Node", list[tuple[int, ...]], int], list[list[int]]]
 # kernel(node, operand values) -> the value on one device
 Kernel = Callable[["Node", list["np.ndarray"]], "np.ndarray"]
 # generate(builder) -> the id of a random instance of the op (and the nodes it needs); the
-# builder (`scalify/fuzz.py`) adds both programs node by node, the distributed side with
+# builder (`scalify/soundness/fuzz.py`) adds both programs node by node, the distributed side with
 # local shapes; it is not named here, since the fuzzer imports this module
 Generator = Callable[[Any], int]
 # check_types(attrs, operand shapes): raise NotSimulable for a draw HLO would reject

@@ -8,9 +8,7 @@ import zlib
 import numpy as np
 
 from scalify.layout import Placement
-from scalify.values import REDUCERS, NotSimulable, host
-
-from .spec import (
+from scalify.ops.spec import (
     EACH,
     TOGETHER,
     KeyInput,
@@ -20,6 +18,7 @@ from .spec import (
     int_attrs_key,
     ints,
 )
+from scalify.values import REDUCERS, NotSimulable, host
 
 _NUMBER = re.compile(r"-?inf|nan|true|false|[-+0-9.eE]+")
 

@@ -1,10 +1,10 @@
 """Report rendering: one model, several formats."""
 
-from .html import render_html
-from .json_report import render_json
-from .model import Report
-from .sarif import render_sarif
-from .text import render_text
+from scalify.report.html import render_html
+from scalify.report.json_report import render_json
+from scalify.report.model import Report
+from scalify.report.sarif import render_sarif
+from scalify.report.text import render_text
 
 FORMATS = {
     "text": render_text,

@@ -6,8 +6,8 @@ from __future__ import annotations
 from html import escape
 from pathlib import Path
 
-from .model import EQUIVALENT, NOT_EQUIVALENT, Neighbourhood, Report, Suspect
-from .svg import render_svg
+from scalify.report.model import EQUIVALENT, NOT_EQUIVALENT, Neighbourhood, Report, Suspect
+from scalify.report.svg import render_svg
 
 SNIPPET_CONTEXT = 3  # lines shown above and below a suspect's line
 SOURCE_SEARCH_LEVELS = 4  # parents of the distributed file's folder tried for a relative path

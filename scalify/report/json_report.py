@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from .model import Report
+from scalify.report.model import Report
 
 
 def render_json(report: Report) -> str:

@@ -25,7 +25,7 @@ class PictureNode:
 @dataclass
 class Neighbourhood:
     """The distributed nodes around a suspect and the baseline nodes they correspond to, so
-    a reader can compare the two sides. Bounded (see scalify/neighbourhood.py)."""
+    a reader can compare the two sides. Bounded (see scalify/report/neighbourhood.py)."""
 
     distributed: list[PictureNode]
     baseline: list[PictureNode]
@@ -67,7 +67,7 @@ class Suspect:
     nearest_rules: list[str] = field(default_factory=list)
     # when the line is inside a library's model code: the user's line that called into it
     called_from: str = ""
-    # what both programs run on random inputs say here (scalify/numeric_frontier.py)
+    # what both programs run on random inputs say here (scalify/report/numeric_frontier.py)
     numerically: str = ""
     second: Site | None = None
     # `called_from` as (file, line): the call that passed this op's function its operands

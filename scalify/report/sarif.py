@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from .model import EQUIVALENT, NOT_EQUIVALENT, Report
+from scalify.report.model import EQUIVALENT, NOT_EQUIVALENT, Report
 
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 

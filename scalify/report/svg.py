@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from html import escape
 
-from .model import PictureNode
+from scalify.report.model import PictureNode
 
 BOX_W, BOX_H = 180, 56
 GAP_X, GAP_Y, PAD = 22, 44, 10

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .model import EQUIVALENT, Report
+from scalify.report.model import EQUIVALENT, Report
 
 
 def render_text(report: Report) -> str:

@@ -15,9 +15,8 @@ from scalify.ir import Graph, Node, feeding
 from scalify.layout import Layout, Placement
 from scalify.mesh import Mesh
 from scalify.relations import Relation
+from scalify.simulate.kernels import apply
 from scalify.values import IDENTITY, REDUCERS, NotSimulable, host
-
-from .kernels import apply
 
 MAX_ELEMENTS = 64_000_000
 

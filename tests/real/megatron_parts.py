@@ -67,7 +67,7 @@ def main() -> None:
 
 
 def _segment_sizes(graph) -> list[int]:
-    from scalify.partition import cut_points, in_pass_order, segments
+    from scalify.engine.partition import cut_points, in_pass_order, segments
 
     ordered = in_pass_order(graph)
     return [len(s.nodes) for s in segments(ordered, cut_points(ordered))]
@@ -92,7 +92,7 @@ def _graph_at(tp: int, args):
     from megatron.core import parallel_state
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
-    from scalify.canonicalize import canonicalize
+    from scalify.canon.canonicalize import canonicalize
     from scalify.capture import trace_per_device
     from scalify.capture.fx_trace import trace
     from scalify.frontends.fx import graph_from_fx

@@ -1,0 +1,161 @@
+"""`scalify rules lint`: compile every rule file, compare golden egglog text, run the cases."""
+
+from __future__ import annotations
+
+import difflib
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from scalify.compiler.compile import compile_rule_dir, rule_files_in
+from scalify.compiler.lower import rule_name
+from scalify.errors import ScalifyError
+from scalify.soundness.cases import case_files, read_case, run_case
+from scalify.soundness.fuzz import fuzz_rules
+from scalify.soundness.prelude_fuzz import PRELUDE, fuzz_prelude
+
+
+@dataclass
+class LintResult:
+    messages: list[str] = field(default_factory=list)
+    failures: int = 0
+    cases: int = 0
+    fuzzed: list[str] = field(default_factory=list)
+
+    def fail(self, message: str) -> None:
+        self.failures += 1
+        self.messages.append(message)
+
+
+def _source_rules(egg_rules):
+    """One entry per `.srl` rule (a rule with `spread` clauses lowers to several)."""
+    seen: dict[str, object] = {}
+    for rule in egg_rules:
+        name = rule_name(rule.name)
+        if name not in seen:
+            seen[name] = replace(rule, name=name)
+    return list(seen.values())
+
+
+def golden_path(rules_dir: Path, rule_file: Path) -> Path:
+    return rules_dir / "tests" / f"{rule_file.stem}.golden.egg"
+
+
+def lint_rules(
+    rules_dir: str | Path, bless: bool | None = None, fuzz: int = 0, seed: int = 0
+) -> LintResult:
+    """Everything a rule author must keep green. `bless` (or SCALIFY_BLESS=1) rewrites the
+    golden files instead of comparing them; `fuzz` is the number of random instances each rule
+    is checked on numerically."""
+    folder = Path(rules_dir)
+    bless = os.environ.get("SCALIFY_BLESS") == "1" if bless is None else bless
+    result = LintResult()
+    try:
+        rules = compile_rule_dir(folder)
+    except ScalifyError as err:
+        result.fail(err.render())
+        return result
+    for rule_file in rule_files_in(folder):
+        compiled = next(f for f in rules.files if Path(f.path).name == rule_file.name)
+        undocumented = [r.name for r in _source_rules(compiled.rules) if not r.doc]
+        for name in undocumented:
+            result.fail(f"{rule_file}: error: rule `{name}` has no `#` line stating its identity")
+        _check_golden(result, golden_path(folder, rule_file), compiled.egglog, bless)
+        _check_cases(result, folder, rule_file, compiled, rules)
+    if fuzz:
+        _fuzz(result, rules, fuzz, seed)
+    return result
+
+
+# From this many instances per rule on (the default, and CI's 60), a rule that never fires
+# fails lint.
+MUST_FIRE_BUDGET = 25
+
+
+def _fuzz(result: LintResult, rules, budget: int, seed: int) -> None:
+    """Every rule must fire on random instances and stay sound there, unless its file says
+    why instances cannot make it fire (`unfuzzed "..."`: its cases are then all there is);
+    so must the prelude's rules over sub-axes and masks (`prelude_fuzz.py`)."""
+    unfuzzed = {rule_name(r.name): r.unfuzzed for r in rules.rules}
+    for report in fuzz_rules(rules, budget, seed) + fuzz_prelude(rules, budget, seed):
+        reason = unfuzzed.get(report.name, "")
+        if report.unsound:
+            result.fail(
+                f"{report.source}: error: rule `{report.name}` is UNSOUND: a relation "
+                f"it proves is false numerically\n  " + "\n  ".join(report.unsound[:1])
+            )
+        elif not report.fired and not reason:
+            teach = (
+                "its generator in scalify/soundness/prelude_fuzz.py"
+                if report.source.startswith(PRELUDE)
+                else "its op's instance generator the pattern (scalify/ops/), "
+                'or say why it cannot with `unfuzzed "..."`'
+            )
+            message = (
+                f"fuzzing never made rule `{report.name}` fire ({report.instances} "
+                f"instances): teach {teach}"
+            )
+            if budget >= MUST_FIRE_BUDGET:
+                result.fail(f"{report.source}: error: {message}")
+            else:  # a handful of instances may miss a rule by chance
+                result.messages.append(f"{report.source}: warning: {message}")
+        elif report.fired and reason:
+            result.messages.append(
+                f"{report.source}: warning: rule `{report.name}` fires on random instances: "
+                "its `unfuzzed` reason no longer holds"
+            )
+        result.fuzzed.append(
+            f"{report.name}: {report.instances} instances, fired on {report.fired}"
+        )
+
+
+def _check_golden(result: LintResult, golden: Path, text: str, bless: bool) -> None:
+    normalized = text.replace(str(golden.parent.parent) + os.sep, "")
+    if bless:
+        golden.parent.mkdir(parents=True, exist_ok=True)
+        golden.write_text(normalized)
+        result.messages.append(f"blessed {golden}")
+        return
+    if not golden.exists():
+        result.fail(f"{golden}: error: no golden file; run with SCALIFY_BLESS=1 to create it")
+        return
+    expected = golden.read_text()
+    if expected != normalized:
+        diff = "".join(
+            difflib.unified_diff(
+                expected.splitlines(True), normalized.splitlines(True), str(golden), "compiled"
+            )
+        )
+        result.fail(
+            f"{golden}: error: compiled egglog differs from the golden file "
+            f"(SCALIFY_BLESS=1 to accept)\n{diff}"
+        )
+
+
+def _check_cases(result: LintResult, folder: Path, rule_file: Path, compiled, rules) -> None:
+    paths = case_files(folder, rule_file)
+    covered: set[str] = set()
+    tempted: set[str] = set()
+    for path in paths:
+        result.cases += 1
+        try:
+            case = read_case(path)
+            _, problems = run_case(case, rules)
+        except ScalifyError as err:
+            result.fail(err.render())
+            continue
+        covered |= set(case.fires)
+        tempted |= set(case.near_misses)
+        for problem in problems:
+            result.fail(f"{path}: error: {problem}")
+    for rule in _source_rules(compiled.rules):
+        if rule.name not in covered:
+            result.fail(
+                f"{rule.source}: error: rule `{rule.name}` has no case that must fire "
+                f"(add one under {folder / 'tests' / rule_file.stem})"
+            )
+        if rule.name not in tempted:
+            result.fail(
+                f"{rule.source}: error: rule `{rule.name}` has no near-miss case "
+                "(`# near-miss:`) that must not be proved"
+            )
