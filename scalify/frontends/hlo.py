@@ -62,6 +62,7 @@ from .hlo_syntax import (
     _strip_pct,
     _syntax_error,
     _window_field,
+    blank_comments,
 )
 
 __all__ = ["load_hlo", "parse_hlo"]
@@ -1169,22 +1170,26 @@ def parse_hlo(text: str, path: str) -> Graph:
 
 def _parse_hlo(text: str, path: str) -> Graph:
     parser = _parser()
+    code = text
     try:
-        if not text.strip():
+        code = blank_comments(text, path)
+        if not code.strip():
             raise ScalifyError(
                 "expected one of 'HloModule', 'ENTRY', found end of input", path, 1, 1, ""
             )
         try:
-            module = parser.parse(text)
+            module = parser.parse(code)
         except UnexpectedInput as err:
-            raise _syntax_error(parser, err, text, path) from None
+            raise _syntax_error(parser, err, code, path) from None
         except _BadToken as err:
             tok = err.token
             raise ScalifyError(
-                err.message, path, tok.line, tok.column, line_of(text, tok.line)
+                err.message, path, tok.line, tok.column, line_of(code, tok.line)
             ) from None
-        return _Lowering(module, text, path).run()
-    except ScalifyError:
+        return _Lowering(module, code, path).run()
+    except ScalifyError as err:
+        if code is not text and err.line:  # show the line as written, comments and all
+            err.source_line = line_of(text, err.line)
         raise
     except RecursionError:
         raise ScalifyError("HLO module nests calls too deeply", path) from None
