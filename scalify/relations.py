@@ -107,10 +107,17 @@ def read_relations_file(path: str) -> RelationsFile:
     return RelationsFile(path, data.get("mesh"), dict(data.get("inputs", {})), outputs)
 
 
+def _pairing_name(graph: Graph, node_id: int) -> str:
+    """The name an input pairs by: its own, unless the frontend gave it a distinct name only
+    to tell apart inputs whose names repeat (XLA's `param`, `param.1`, ...): those pair by
+    the repeated name, that is by position."""
+    return str(graph.node(node_id).attrs.get("pairing_name") or graph.input_name(node_id))
+
+
 def pair_inputs(base: Graph, dist: Graph) -> list[tuple[int, int]]:
     """(base id, dist id) pairs: by name when every name matches, else by position."""
-    base_names = {base.input_name(i): i for i in base.inputs}
-    dist_names = [dist.input_name(i) for i in dist.inputs]
+    base_names = {_pairing_name(base, i): i for i in base.inputs}
+    dist_names = [_pairing_name(dist, i) for i in dist.inputs]
     if set(dist_names) == set(base_names) and len(dist_names) == len(base_names):
         return [(base_names[n], d) for n, d in zip(dist_names, dist.inputs, strict=True)]
     if len(base.inputs) != len(dist.inputs):
@@ -119,8 +126,8 @@ def pair_inputs(base: Graph, dist: Graph) -> list[tuple[int, int]]:
             f"{len(dist.inputs)}; they cannot be paired",
             dist.path,
             notes=[
-                f"baseline inputs: {', '.join(base_names)}",
-                f"distributed inputs: {', '.join(dist_names)}",
+                f"baseline inputs: {', '.join(base.input_name(i) for i in base.inputs)}",
+                f"distributed inputs: {', '.join(dist.input_name(i) for i in dist.inputs)}",
             ],
         )
     return list(zip(base.inputs, dist.inputs, strict=True))
