@@ -107,23 +107,67 @@ def read_relations_file(path: str) -> RelationsFile:
     return RelationsFile(path, data.get("mesh"), dict(data.get("inputs", {})), outputs)
 
 
+def _pairing_name(graph: Graph, node_id: int) -> str:
+    """The name an input pairs by: its own, unless the frontend gave it a distinct name only
+    to tell apart inputs whose names repeat (XLA's `param`, `param.1`, ...): those pair by
+    the repeated name, that is by position."""
+    return str(graph.node(node_id).attrs.get("pairing_name") or graph.input_name(node_id))
+
+
 def pair_inputs(base: Graph, dist: Graph) -> list[tuple[int, int]]:
     """(base id, dist id) pairs: by name when every name matches, else by position."""
-    base_names = {base.input_name(i): i for i in base.inputs}
-    dist_names = [dist.input_name(i) for i in dist.inputs]
+    base_names = {_pairing_name(base, i): i for i in base.inputs}
+    dist_names = [_pairing_name(dist, i) for i in dist.inputs]
     if set(dist_names) == set(base_names) and len(dist_names) == len(base_names):
         return [(base_names[n], d) for n, d in zip(dist_names, dist.inputs, strict=True)]
     if len(base.inputs) != len(dist.inputs):
-        raise ScalifyError(
-            f"the baseline has {len(base.inputs)} inputs and the distributed graph has "
-            f"{len(dist.inputs)}; they cannot be paired",
-            dist.path,
-            notes=[
-                f"baseline inputs: {', '.join(base_names)}",
-                f"distributed inputs: {', '.join(dist_names)}",
-            ],
-        )
+        raise _unpaired_inputs(base, dist, set(base_names), set(dist_names))
     return list(zip(base.inputs, dist.inputs, strict=True))
+
+
+def _unpaired_inputs(
+    base: Graph, dist: Graph, base_names: set[str], dist_names: set[str]
+) -> ScalifyError:
+    """Inputs that pair neither by name nor by position, named one by one: the input only
+    one graph has is what the user must act on, and no relations file can declare it."""
+    only_dist = [
+        dist.input_name(i) for i in dist.inputs if _pairing_name(dist, i) not in base_names
+    ]
+    only_base = [
+        base.input_name(i) for i in base.inputs if _pairing_name(base, i) not in dist_names
+    ]
+    lacking = [
+        _lacking(side, other, names)
+        for side, other, names in (
+            ("distributed", "baseline", only_dist),
+            ("baseline", "distributed", only_base),
+        )
+        if names
+    ]
+    return ScalifyError(
+        f"the baseline has {len(base.inputs)} inputs and the distributed graph has "
+        f"{len(dist.inputs)}; they cannot be paired"
+        + (f": the {' and the '.join(lacking)}" if lacking else ""),
+        dist.path,
+        notes=[
+            f"baseline inputs: {', '.join(base.input_name(i) for i in base.inputs)}",
+            f"distributed inputs: {', '.join(dist.input_name(i) for i in dist.inputs)}",
+            "an input that no output depends on is dropped, so both programs must read "
+            "every input they share",
+            "a relations file relates each distributed input to a baseline input and "
+            "cannot declare one that only one graph has: compute a per-device value such "
+            "as a rank inside the program (partition-id, jax.lax.axis_index), or give the "
+            "baseline the same input",
+        ],
+    )
+
+
+def _lacking(side: str, other: str, names: list[str]) -> str:
+    """`distributed input `rank` has no baseline input of its name`, or the plural."""
+    listed = ", ".join(f"`{n}`" for n in names)
+    if len(names) == 1:
+        return f"{side} input {listed} has no {other} input of its name"
+    return f"{side} inputs {listed} have no {other} inputs of their names"
 
 
 def _axis_following_tiles(tiles: TileSharding, dim: int, mesh: Mesh, where: str) -> str | None:

@@ -228,3 +228,23 @@ def test_capture_export_writes_files_scalify_verifies(mesh, tmp_path, cli):
     result = cli("verify", str(baseline), str(distributed), "--mesh", "tp=4", "-q")
     assert result.code == 0, result.out + result.err
     assert result.out == "verdict: equivalent\n"
+
+
+@pytest.mark.parametrize("x, target", [("x", "t"), ("x", "mm"), ("addmm", "t")])
+def test_an_argument_named_like_a_traced_node_is_an_input(mesh, x, target):
+    """A training step's target called `t` (or `mm`, or its input `addmm`):
+    the traced graph already has a node of that name, which made FX's lint fail with
+    `Node redefined name t!`; each argument keeps its name and pairs by it."""
+    torch.manual_seed(0)
+    base = MLP()
+    tp = parallel(base, mesh, {"fc1": ColwiseParallel(), "fc2": RowwiseParallel()})
+
+    def stepper(model: nn.Module):
+        namespace: dict = {"F": F, "model": model}
+        exec(f"def step({x}, {target}):\n    return F.mse_loss(model({x}), {target})", namespace)
+        return namespace["step"]
+
+    inputs = (torch.randn(8, 64), torch.randn(8, 64))
+    report = scalify.assert_equivalent(stepper(base), stepper(tp), mesh=mesh, example_inputs=inputs)
+    for name in (x, target):
+        assert f"{name}: replicate (inferred from shapes)" in report.relations["inputs"]

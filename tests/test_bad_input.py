@@ -233,3 +233,24 @@ def test_a_permute_whose_pairs_cannot_be_read_is_refused(cli, tmp_path, pairs, m
         f"  ROOT y = f32[4] collective-permute(x), source_target_pairs={pairs}\n}}\n"
     )
     assert_clean_error(cli("verify", str(bad), str(bad), "--mesh", "tp=2"), "bad.hlo:5:", message)
+
+
+def test_an_input_only_the_distributed_graph_has_is_named(cli, tmp_path):
+    """A per-device rank passed as an argument: the error names that input, not just the
+    counts, and says a relations file cannot declare it."""
+    base, dist = tmp_path / "base.hlo", tmp_path / "dist.hlo"
+    params = '  x = f32[8] parameter(0), metadata={op_name="x"}\n'
+    base.write_text(f"HloModule base\nENTRY main {{\n{params}  ROOT y = f32[8] negate(x)\n}}\n")
+    dist.write_text(
+        "HloModule dist, num_partitions=2\nENTRY main {\n"
+        f'{params}  rank = s32[] parameter(1), metadata={{op_name="rank"}}\n'
+        "  r = f32[] convert(rank)\n  b = f32[8] broadcast(r), dimensions={}\n"
+        "  n = f32[8] negate(x)\n  ROOT y = f32[8] add(n, b)\n}\n"
+    )
+    result = cli("verify", str(base), str(dist), "--mesh", "tp=2")
+    assert_clean_error(
+        result,
+        "dist.hlo: error: the baseline has 1 inputs and the distributed graph has 2; they "
+        "cannot be paired: the distributed input `rank` has no baseline input of its name",
+        "cannot declare one that only one graph has",
+    )

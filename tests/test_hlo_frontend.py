@@ -605,3 +605,67 @@ def test_complex_literals_are_read_and_simulated() -> None:
     t = next(n for n in g.nodes.values() if n.name == "t")
     assert apply(i, [], []).item() == 1j
     assert list(apply(t, [], [])) == [1 + 0j, -2.5j]
+
+
+# ---------------------------------------------------------------------------------------------
+# Comments: `//` to the end of the line and `/* */`, as XLA's own parser accepts them
+
+
+def _commented(text: str) -> str:
+    """`text` with a comment on every line, one inside each operand list and attribute
+    list, and a block comment over several lines before the ENTRY computation."""
+    lines = []
+    for i, line in enumerate(text.splitlines()):
+        parts = line.split('"')  # even parts are outside strings (these have no `\"`)
+        for j in range(0, len(parts), 2):
+            parts[j] = parts[j].replace("(", "( /* ( */ ").replace("), ", "), /* , */ ")
+        lines.append('"'.join(parts) + f" // line {i} /* not a block */")
+    body = "\n".join(lines)
+    return body.replace("\nENTRY", "\n/* the entry\n   computation // */\nENTRY", 1)
+
+
+def test_comments_are_whitespace() -> None:
+    from conftest import MLP
+
+    for name in ("baseline.hlo", "tp.hlo"):
+        text = (MLP / "hlo" / name).read_text()
+        plain, commented = parse_hlo(text, name), parse_hlo(_commented(text), name)
+        assert commented.nodes == plain.nodes
+        assert (commented.inputs, commented.outputs) == (plain.inputs, plain.outputs)
+        assert commented.input_shardings == plain.input_shardings
+
+
+def test_slashes_inside_strings_are_not_comments() -> None:
+    text = (
+        "HloModule m  // a module\n"
+        "ENTRY main {\n"
+        '  x = f32[4] parameter(0), metadata={op_name="a//b" source_file="//pkg/f.py"}\n'
+        '  ROOT y = f32[4] add(x, x), metadata={op_name="jit(f)/*add*/" source_file="/*.py"'
+        " source_line=7}  /* the sum */\n"
+        "}\n"
+    )
+    graph = parse_hlo(text, "m.hlo")
+    x, y = (graph.nodes[i] for i in sorted(graph.nodes))
+    assert x.loc.file == "//pkg/f.py" and y.loc.file == "/*.py" and y.loc.line == 7
+
+
+def test_errors_in_a_commented_module_point_at_the_line_as_written() -> None:
+    text = (
+        "HloModule m\nENTRY main { // e\n  x = f32[4] parameter(0)  /* x */\n"
+        "  ROOT y = f32[4] add(x, ) // y\n}\n"
+    )
+    with pytest.raises(ScalifyError) as info:
+        parse_hlo(text, "bad.hlo")
+    err = info.value
+    assert (err.path, err.line, err.column) == ("bad.hlo", 4, 26)
+    assert err.message.startswith("expected one of ") and "found ')'" in err.message
+    assert err.source_line == "  ROOT y = f32[4] add(x, ) // y"
+
+
+def test_an_unclosed_block_comment_is_an_error_at_its_start() -> None:
+    text = 'HloModule m\nENTRY main {\n  x = f32[4] parameter(0), metadata={op_name="/*"} /* x\n}\n'
+    with pytest.raises(ScalifyError) as info:
+        parse_hlo(text, "bad.hlo")
+    err = info.value
+    assert (err.line, err.column) == (3, 52)
+    assert err.message == "expected '*/' closing this comment, found end of input"

@@ -63,6 +63,34 @@ def _argument_names(fn: Callable[..., Any], count: int) -> list[str]:
     return params[:count]
 
 
+def _name_placeholders(
+    gm: torch.fx.GraphModule, placeholders: list[torch.fx.Node], names: list[str]
+) -> None:
+    """Name each input after the traced function's argument, so inputs pair by name.
+
+    An argument may be called what make_fx already called another node (`t`, `mm`, `add`,
+    or another placeholder's `args_1`): that node takes a fresh name first, since two nodes
+    of one name fail FX's lint. Every name set is reserved in the graph's namespace, so the
+    nodes later passes add cannot take one."""
+    taken = {n.name for n in gm.graph.nodes} | set(names)
+    for node, name in zip(placeholders, names, strict=True):
+        for other in gm.graph.nodes:
+            if other is not node and other.name == name:
+                other.name = _fresh_name(name, taken)
+                gm.graph._graph_namespace.create_name(other.name, None)
+        node.name = node.target = name
+        gm.graph._graph_namespace.create_name(name, None)
+
+
+def _fresh_name(base: str, taken: set[str]) -> str:
+    """`base_1`, `base_2`, ...: the first not in `taken`, which it joins."""
+    i = 1
+    while f"{base}_{i}" in taken:
+        i += 1
+    taken.add(f"{base}_{i}")
+    return f"{base}_{i}"
+
+
 def _local(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.to_local() if hasattr(tensor, "to_local") else tensor
 
@@ -147,8 +175,7 @@ def trace(
         names.setdefault(_local(tensor).data_ptr(), name)
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     if all(isinstance(x, torch.Tensor) for x in inputs) and len(placeholders) == len(inputs):
-        for node, name in zip(placeholders, _argument_names(fn, len(inputs)), strict=True):
-            node.name = node.target = name
+        _name_placeholders(gm, placeholders, _argument_names(fn, len(inputs)))
     renamed: dict[str, str] = {}  # make_fx's attribute -> the weight's name
     for node in gm.graph.nodes:
         if node.op != "get_attr":

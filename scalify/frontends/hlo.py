@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gc
 import re
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,7 @@ from scalify.frontends.hlo_syntax import (
     _strip_pct,
     _syntax_error,
     _window_field,
+    blank_comments,
 )
 from scalify.ir import Graph, Node, SourceLoc, TileSharding
 from scalify.ops import PLAIN_ELEMENTWISE
@@ -461,6 +463,7 @@ class _Lowering:
 
     def run(self) -> Graph:
         entry = self.index()
+        self.entry_names = self._entry_parameter_names(entry)
         root_value = self.evaluate(entry, None, None)
         outputs = _leaves(root_value, int)
         output_shardings = self._output_shardings(entry, root_value, outputs)
@@ -504,7 +507,7 @@ class _Lowering:
         if opcode == "parameter":
             (number,) = _ints(self.raw_args(ins))  # checked when the computation was indexed
             if args is None:
-                return self.entry_parameter(ins, number, loc, fop, fields)
+                return self.entry_parameter(ins, number, loc, fop)
             if number >= len(args):
                 raise self.error(f"parameter({number}) but only {len(args)} operands", ins.token)
             return args[number]
@@ -677,14 +680,29 @@ class _Lowering:
         start, end = ins.args_span
         return self.text[start:end]
 
-    def entry_parameter(
-        self, ins: _Instr, number: int, loc: SourceLoc | None, fop: str, fields: dict[str, str]
-    ) -> _Value:
-        op_name = fields.get("op_name", "")
-        if op_name and "op_type" not in fields and _PLAIN_NAME_RE.fullmatch(op_name):
-            name = op_name
-        else:
-            name = _NAME_SUFFIX_RE.sub("", ins.name)
+    def _entry_parameter_names(self, entry: _Comp) -> dict[str, tuple[str, str]]:
+        """Instruction name -> (input name, pairing name) for the ENTRY's parameters.
+
+        The input name is the argument's name from the metadata, else the instruction's
+        name without the printer's `.N` counter, so `x.1` and `x.3` pair by name across two
+        modules. Where that name repeats (XLA's SPMD partitioner calls every parameter
+        `param`, `param.1`, ...), the instruction's own name keeps the inputs apart in
+        reports and relations files, while they still pair by the repeated name, that is by
+        position."""
+        chosen: dict[str, str] = {}
+        for ins in entry.instrs:
+            if ins.opcode == "parameter":
+                fields = self.meta(ins)[2]
+                op_name = fields.get("op_name", "")
+                if op_name and "op_type" not in fields and _PLAIN_NAME_RE.fullmatch(op_name):
+                    chosen[ins.name] = op_name
+                else:
+                    chosen[ins.name] = _NAME_SUFFIX_RE.sub("", ins.name)
+        counts = Counter(chosen.values())
+        return {ins: (name if counts[name] == 1 else ins, name) for ins, name in chosen.items()}
+
+    def entry_parameter(self, ins: _Instr, number: int, loc: SourceLoc | None, fop: str) -> _Value:
+        name, pairing = self.entry_names[ins.name]
         sharding_raw = self.attr(ins, "sharding")
         shardings = _hlo_sharding(sharding_raw, ins.shape) if sharding_raw else []
         leaf_count = [0]
@@ -693,9 +711,11 @@ class _Lowering:
             if isinstance(shape, _Array):
                 leaf = leaf_count[0]
                 leaf_count[0] += 1
-                attrs: dict[str, Any] = {"name": name, "index": number}
+                leaf_path = f"[{','.join(map(str, path))}]" if path else ""
+                attrs: dict[str, Any] = {"name": name + leaf_path, "index": number}
+                if pairing != name:
+                    attrs["pairing_name"] = pairing + leaf_path
                 if path:
-                    attrs["name"] = f"{name}[{','.join(map(str, path))}]"
                     attrs["tuple_index"] = path
                 node = self.new("parameter", (), shape, attrs, ins, loc, fop)
                 self.entry_params[node] = (number, path)
@@ -1168,22 +1188,26 @@ def parse_hlo(text: str, path: str) -> Graph:
 
 def _parse_hlo(text: str, path: str) -> Graph:
     parser = _parser()
+    code = text
     try:
-        if not text.strip():
+        code = blank_comments(text, path)
+        if not code.strip():
             raise ScalifyError(
                 "expected one of 'HloModule', 'ENTRY', found end of input", path, 1, 1, ""
             )
         try:
-            module = parser.parse(text)
+            module = parser.parse(code)
         except UnexpectedInput as err:
-            raise _syntax_error(parser, err, text, path) from None
+            raise _syntax_error(parser, err, code, path) from None
         except _BadToken as err:
             tok = err.token
             raise ScalifyError(
-                err.message, path, tok.line, tok.column, line_of(text, tok.line)
+                err.message, path, tok.line, tok.column, line_of(code, tok.line)
             ) from None
-        return _Lowering(module, text, path).run()
-    except ScalifyError:
+        return _Lowering(module, code, path).run()
+    except ScalifyError as err:
+        if code is not text and err.line:  # show the line as written, comments and all
+            err.source_line = line_of(text, err.line)
         raise
     except RecursionError:
         raise ScalifyError("HLO module nests calls too deeply", path) from None

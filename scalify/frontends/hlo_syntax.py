@@ -264,6 +264,39 @@ class _ToRecords(Transformer):
         return module
 
 
+# --------------------------------------------------------------------------------------------
+# Comments
+
+# A quoted string (kept: `//` is common in op_name and source_file values), a `//` comment
+# to the end of its line, a block comment, or a block comment that never ends.
+_STRING_OR_COMMENT = re.compile(r'"[^"\\\n]*(?:\\.[^"\\\n]*)*"|//[^\n]*|/\*.*?\*/|/\*', re.DOTALL)
+
+
+def blank_comments(text: str, path: str) -> str:
+    """`text` with its `//` and `/* */` comments, outside quoted strings, turned into spaces.
+
+    XLA's HLO parser skips both anywhere whitespace may appear. Blanking them before the
+    lexer, rather than giving the grammar a comment terminal, keeps the coarse tokens
+    (a whole operand list, a brace group) and the raw attribute text the frontend slices
+    free of comments, and every line and column where it was."""
+    if "//" not in text and "/*" not in text:
+        return text  # the common case: one scan each, no regex pass
+    return _STRING_OR_COMMENT.sub(lambda m: _blank(m, text, path), text)
+
+
+def _blank(match: re.Match[str], text: str, path: str) -> str:
+    found = match.group()
+    if found.startswith('"'):
+        return found
+    if found == "/*":
+        start = match.start()
+        line = text.count("\n", 0, start) + 1
+        column = start - text.rfind("\n", 0, start)
+        message = "expected '*/' closing this comment, found end of input"
+        raise ScalifyError(message, path, line, column, line_of(text, line))
+    return re.sub(r"[^\n]", " ", found)
+
+
 _PARSER: Lark | None = None
 _PARSER_LOCK = threading.Lock()
 
