@@ -90,6 +90,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="prove distinct layers in N processes at once (default 1: fits 2 cores)",
     )
     verify.add_argument(
+        "--check-canon",
+        action="store_true",
+        help="run each graph as loaded and as canonicalised on random inputs and stop with an "
+        "internal error if they differ (the Python folds' translation check; small graphs)",
+    )
+    verify.add_argument(
         "--no-simulate",
         action="store_true",
         help="do not run small graphs numerically to confirm a mismatch",
@@ -146,8 +152,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _verify(args: argparse.Namespace) -> int:
+    from scalify.canon import translation
     from scalify.report import render
     from scalify.verify import Limits, verify_files
+
+    if args.check_canon:
+        os.environ[translation.ENV_FLAG] = "1"
 
     report = verify_files(
         args.baseline,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 from pathlib import Path
 
+from scalify.canon import translation
 from scalify.canon.canonicalize import canonicalize
 from scalify.errors import ScalifyError
 from scalify.frontends.custom_calls import CustomCall, expand_custom_calls
@@ -22,7 +23,7 @@ def load_graph(path: str, custom_calls: dict[str, CustomCall] | None = None) -> 
 
         graph = load_fx(path)
         expand_custom_calls(graph, custom_calls or {})  # a framework's own ops
-        return canonicalize(graph)
+        return checked_canonical(graph)
     try:
         # HLO text compresses some 50x (torch-neuronx repeats the Python stack on every op)
         text = (
@@ -52,4 +53,15 @@ def parse_graph_text(
 
     graph = parse_hlo(text, path)
     expand_custom_calls(graph, custom_calls or {})
-    return canonicalize(graph)
+    return checked_canonical(graph)
+
+
+def checked_canonical(graph: Graph) -> Graph:
+    """`canonicalize(graph)`; with the translation check on (`--check-canon`), the result
+    is run against the graph as loaded on random inputs first (scalify/canon/translation.py)."""
+    if not translation.enabled():
+        return canonicalize(graph)
+    loaded = translation.snapshot(graph)
+    canonical = canonicalize(graph)
+    translation.check(loaded, canonical)
+    return canonical

@@ -264,19 +264,7 @@ def compare_output(
                 float("inf"),
                 shapes=(want.shape, got.shape),
             )
-        kinds = {want.dtype.kind, got.dtype.kind}
-        if kinds & {"f", "c"}:
-            held = np.complex128 if "c" in kinds else np.float64
-            w, g = want.astype(held), got.astype(held)
-            # the tolerance scales with the finite values only: an infinity among them (a
-            # mask's -inf) would make every value close to every other
-            finite = np.abs(w[np.isfinite(w)])
-            scale = max(1.0, float(finite.max(initial=0.0)))
-            close = np.isclose(g, w, rtol=1e-6, atol=1e-6 * scale, equal_nan=True)
-        else:
-            held = np.float64
-            w, g = want, got
-            close = w == g
+        w, g, held, close = values_close(want, got)
         close = close | unread[device]
         if not close.all():
             bad = tuple(int(i) for i in np.argwhere(~close)[0])
@@ -286,6 +274,21 @@ def compare_output(
             largest = float(finite.max()) if finite.size else float("nan")
             return Mismatch(index, device, bad, w[bad].item(), g[bad].item(), largest)
     return None
+
+
+def values_close(want: np.ndarray, got: np.ndarray):
+    """Both values in the precision they are compared in, that precision, and where they
+    agree: floats within a tolerance that scales with the finite values only (an infinity
+    among them, a mask's -inf, would make every value close to every other), others
+    exactly."""
+    kinds = {want.dtype.kind, got.dtype.kind}
+    if kinds & {"f", "c"}:
+        held = np.complex128 if "c" in kinds else np.float64
+        w, g = want.astype(held), got.astype(held)
+        finite = np.abs(w[np.isfinite(w)])
+        scale = max(1.0, float(finite.max(initial=0.0)))
+        return w, g, held, np.isclose(g, w, rtol=1e-6, atol=1e-6 * scale, equal_nan=True)
+    return want, got, np.float64, want == got
 
 
 def simulable(graph: Graph, mesh: Mesh, devices: int | None = None) -> bool:
