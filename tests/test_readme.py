@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import importlib.util
 import shlex
-from pathlib import Path
 
 from conftest import REPO, run_cli
 

@@ -8,11 +8,11 @@ import gzip
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO
+from scalify.compiler.compile import compile_rule_dir
+
 from scalify.canon import translation
 from scalify.canon.canonicalize import canonicalize
-from scalify.compiler.compile import compile_rule_dir
 from scalify.frontends.custom_calls import expand_custom_calls
 from scalify.frontends.hlo import parse_hlo
 
