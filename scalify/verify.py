@@ -180,7 +180,7 @@ def verify_graphs(
             notes.append(
                 f"a dim of {lifted.chunks} independent chunks, reduced across, is read as "
                 f"mesh axis '{CHUNK_AXIS}' of size {lifted.chunks} (see "
-                "docs/explanation/design.md)"
+                "docs/explanation/collectives-and-combines.md)"
             )
     stats = proof.stats
     timings["prove"] = time.perf_counter() - start

@@ -13,7 +13,7 @@ only where a pair of views needs them: a distributed split whose outer dim is on
 (or a merge of such a dim) and a baseline split (merge) of the same dim whose inner size is
 q times the distributed one's, q a proper divisor of an axis's size. The prelude's
 `split-over-sub-axes` and `merge-over-sub-axes` rules read them; `docs/explanation/
-design.md` has the argument that each is exact.
+terms-and-layouts.md` has the argument that each is exact.
 """
 
 from __future__ import annotations
