@@ -431,6 +431,8 @@ class RuleChecker:
                     f"`{value.name}` does not occur in the match",
                     "the rewrite rebuilds matched ops (with their attributes) on baseline operands",
                 )
+            if value.name not in SPECIAL:
+                self._check_rebuilt_attrs(value, info)
             for arg in value.args:
                 if value.name in SPECIAL:
                     self._require_bound(arg, info)
@@ -438,6 +440,30 @@ class RuleChecker:
                     self._check_base_term(arg, info, allow_dist)
             return
         raise self.fail(_span(value), "expected a term")
+
+    def _check_rebuilt_attrs(self, app: App, info: RuleInfo) -> None:
+        """A rebuilt op takes the matched op's signature key whole, so an attribute written
+        on it only documents that key: it must be bound, and say what the match says (an
+        attribute the match leaves open, such as `reduce[op=sum]` over a matched `reduce`,
+        would state an identity for ops the rule also matches with another value)."""
+        matched = next(a for a in _apps_in(info.rule.match) if a.name == app.name)
+        said = dict(matched.attrs)
+        for name, value in app.attrs:
+            if isinstance(value, Var) and value.name not in CONSTANT_NAMES:
+                if value.name not in info.roles:
+                    raise self.fail(
+                        value.span,
+                        f"unbound variable `{value.name}` in the rewrite",
+                        "every variable of the rewrite must be bound by `match` or a "
+                        "`where` layout clause",
+                    )
+            if name not in said or not _same_term(said[name], value):
+                raise self.fail(
+                    _span(value),
+                    f"the rebuilt `{app.name}` takes the matched op's attributes, and the "
+                    f"match does not fix `{name}={_text(value)}`",
+                    f"write `{name}=...` on the matched `{app.name}`, or leave it off the rewrite",
+                )
 
     def _matched_op(self, value: Value, info: RuleInfo) -> App:
         apps = [
@@ -582,6 +608,17 @@ def _same_term(a: Value, b: Value) -> bool:
             and all(_same_term(x, y) for x, y in zip(a.args, b.args, strict=True))
         )
     return False
+
+
+def _text(value: Value) -> str:
+    """A value as the rule file writes it, for messages."""
+    if isinstance(value, Var):
+        return value.name
+    if isinstance(value, StrLit):
+        return f'"{value.value}"'
+    if isinstance(value, IntLit):
+        return str(value.value)
+    return f"{value.name}(...)"
 
 
 def _span(value) -> Span:

@@ -61,6 +61,7 @@ def compile_texts(sources: list[tuple[str, str]]) -> CompiledRuleSet:
     files = []
     for rule_file in parsed:
         lowered = [egg for info in infos[rule_file.path] for egg in lower_rule(info)]
+        _refuse_unbound(lowered, rule_file.text)
         text = emit_rules(rule_file.path, lowered) + _declarations_text(rule_file, custom_calls)
         files.append(CompiledRuleFile(rule_file.path, lowered, text))
     _refuse_shadowed(files, dict(sources))
@@ -89,6 +90,27 @@ def compile_rule_dir(directory: str | Path) -> CompiledRuleSet:
         except OSError as err:
             raise ScalifyError(f"cannot read rule file: {err.strerror}", str(path)) from None
     return compile_texts(sources)
+
+
+def _refuse_unbound(lowered: list[EggRule], text: str) -> None:
+    """A variable the rewrite (or a comparison) reads must be bound in every egglog rule the
+    `.srl` rule expands to: otherwise egglog refuses the whole program at verification time,
+    far from the line at fault, and a rule that fired could not say which value it means."""
+    for rule in lowered:
+        if not rule.unbound:
+            continue
+        var = rule.unbound[0]
+        where = " and ".join(rule.cases)
+        message = f"`{var.name}` is not bound by the match and the `where` clauses"
+        notes = ["bind it by a layout clause that holds in every case, or by a dim function"]
+        if where:
+            message = f"`{var.name}` is not bound when {where}"
+            notes = [
+                "a `spread` clause met by a scalar fill or a broadcast along a new dim binds "
+                "no dim",
+                *notes,
+            ]
+        raise error_at(var.span, text, message, *notes)
 
 
 def _refuse_shadowed(files: list[CompiledRuleFile], texts: dict[str, str]) -> None:
