@@ -71,14 +71,23 @@ def compile_texts(sources: list[tuple[str, str]]) -> CompiledRuleSet:
 def _declarations_text(rule_file, custom_calls: dict[str, CustomCall]) -> str:
     """A file's custom-call declarations as they compiled, as comments of its egglog text (no
     egglog rule: they are expanded before the e-graph), so its golden file shows them."""
-    lines = [
+    lines = [_declaration_text(custom_calls[decl.target]) for decl in rule_file.custom_calls]
+    return "".join(line + "\n" for line in lines)
+
+
+def _declaration_text(c: CustomCall) -> str:
+    """One declaration as a comment: a fixed meaning with its positions, or an expression."""
+    if c.expression is not None:
+        reference = f" reference {c.reference}" if c.reference else ""
+        return (
+            f";; custom call {c.target!r}({', '.join(c.names)}) = "
+            f"{c.expression.text(c.names)}{reference}"
+        )
+    return (
         f";; custom call {c.target!r} = {c.meaning}"
         + (f"[{', '.join(f'{k}={v}' for k, v in c.attrs)}]" if c.attrs else "")
         + f"({', '.join(map(str, c.operands))})"
-        for decl in rule_file.custom_calls
-        for c in [custom_calls[decl.target]]
-    ]
-    return "".join(line + "\n" for line in lines)
+    )
 
 
 def compile_rule_dir(directory: str | Path) -> CompiledRuleSet:
