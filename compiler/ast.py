@@ -27,6 +27,15 @@ class IntLit:
 
 
 @dataclass(frozen=True)
+class DecimalLit:
+    """A number with a point or an exponent, kept as written (a literal of a custom-call
+    expression)."""
+
+    text: str
+    span: Span
+
+
+@dataclass(frozen=True)
 class StrLit:
     value: str
     span: Span
@@ -42,7 +51,7 @@ class App:
     span: Span
 
 
-Value = Var | IntLit | StrLit | App
+Value = Var | IntLit | DecimalLit | StrLit | App
 
 
 @dataclass(frozen=True)
@@ -107,11 +116,15 @@ class Rule:
 
 @dataclass(frozen=True)
 class CustomCallDecl:
-    """`custom_call "Target" = meaning(0, 1)`: what a custom-call target computes."""
+    """`custom_call "Target" = meaning(0, 1)`: what a custom-call target computes; or
+    `custom_call "Target"(x, y) = EXPR reference NAME`, an expression over the named
+    operands (`params`), with an optional reference function lint compares it with."""
 
     target: str
-    meaning: App
+    meaning: Value
     span: Span
+    params: tuple[Var, ...] | None = None
+    reference: Var | None = None
 
 
 @dataclass(frozen=True)

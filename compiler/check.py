@@ -9,11 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from scalify.errors import ScalifyError, line_of
-from scalify.frontends.custom_calls import MEANINGS, CustomCall
+from scalify.frontends.custom_calls import EXPRESSION_OPS, MEANINGS, REFERENCES, CustomCall, Term
 
 from .ast import (
     App,
     Comparison,
+    CustomCallDecl,
+    DecimalLit,
     Equation,
     Family,
     IntLit,
@@ -78,6 +80,13 @@ class RuleChecker:
 
     def check_rule(self, rule: Rule) -> RuleInfo:
         info = RuleInfo(rule)
+        for clause in (rule.match, *rule.where, rule.rewrite):
+            for decimal in _decimals_in(clause):
+                raise self.fail(
+                    decimal.span,
+                    "a number with a point is a literal of a custom-call expression, not of a rule",
+                    "a rule compares literals as text: `splat(c)` with `litint(c) == 2`",
+                )
         if not isinstance(rule.match, App):
             raise self.fail(
                 _span(rule.match),
@@ -431,6 +440,8 @@ class RuleChecker:
                     f"`{value.name}` does not occur in the match",
                     "the rewrite rebuilds matched ops (with their attributes) on baseline operands",
                 )
+            if value.name not in SPECIAL:
+                self._check_rebuilt_attrs(value, info)
             for arg in value.args:
                 if value.name in SPECIAL:
                     self._require_bound(arg, info)
@@ -438,6 +449,30 @@ class RuleChecker:
                     self._check_base_term(arg, info, allow_dist)
             return
         raise self.fail(_span(value), "expected a term")
+
+    def _check_rebuilt_attrs(self, app: App, info: RuleInfo) -> None:
+        """A rebuilt op takes the matched op's signature key whole, so an attribute written
+        on it only documents that key: it must be bound, and say what the match says (an
+        attribute the match leaves open, such as `reduce[op=sum]` over a matched `reduce`,
+        would state an identity for ops the rule also matches with another value)."""
+        matched = next(a for a in _apps_in(info.rule.match) if a.name == app.name)
+        said = dict(matched.attrs)
+        for name, value in app.attrs:
+            if isinstance(value, Var) and value.name not in CONSTANT_NAMES:
+                if value.name not in info.roles:
+                    raise self.fail(
+                        value.span,
+                        f"unbound variable `{value.name}` in the rewrite",
+                        "every variable of the rewrite must be bound by `match` or a "
+                        "`where` layout clause",
+                    )
+            if name not in said or not _same_term(said[name], value):
+                raise self.fail(
+                    _span(value),
+                    f"the rebuilt `{app.name}` takes the matched op's attributes, and the "
+                    f"match does not fix `{name}={_text(value)}`",
+                    f"write `{name}=...` on the matched `{app.name}`, or leave it off the rewrite",
+                )
 
     def _matched_op(self, value: Value, info: RuleInfo) -> App:
         apps = [
@@ -452,7 +487,8 @@ class RuleChecker:
 
 def check_custom_calls(files: list[RuleFile]) -> dict[str, CustomCall]:
     """Each `custom_call` declaration names a known meaning with one operand position per
-    argument it takes, and each target is declared once across the rule set."""
+    argument it takes, or is an expression over its named operands; each target is declared
+    once across the rule set."""
     declared: dict[str, CustomCall] = {}
     for rule_file in files:
         text = rule_file.text
@@ -469,12 +505,30 @@ def check_custom_calls(files: list[RuleFile]) -> dict[str, CustomCall]:
                     f"custom call `{decl.target}` is declared twice",
                     f"first declared at {declared[decl.target].where}",
                 )
+            if decl.params is not None:
+                declared[decl.target] = ExpressionChecker(decl, fail).declaration(where)
+                continue
+            if decl.reference is not None:
+                raise fail(
+                    decl.reference.span,
+                    "a reference checks an expression; a fixed meaning is checked by its tests",
+                )
+            if not isinstance(meaning, App):
+                raise fail(
+                    _span(meaning),
+                    "a meaning is a fixed one over operand positions (`operand(0)`), or an "
+                    "expression over named operands",
+                    f'name the operands to write an expression: custom_call "{decl.target}"'
+                    "(x) = ...",
+                )
             if meaning.name not in MEANINGS:
                 known = ", ".join(f"{n}({', '.join(m.operands)})" for n, m in MEANINGS.items())
                 raise fail(
                     meaning.span,
                     f"unknown custom-call meaning `{meaning.name}`",
                     f"expected one of: {known}",
+                    f'or name the operands to write an expression: custom_call "{decl.target}"'
+                    f"(x) = {meaning.name}(...)",
                 )
             wanted = MEANINGS[meaning.name].operands
             allowed = dict(MEANINGS[meaning.name].attrs)
@@ -508,6 +562,101 @@ def check_custom_calls(files: list[RuleFile]) -> dict[str, CustomCall]:
             attrs = tuple((name, value.value) for name, value in meaning.attrs)
             declared[decl.target] = CustomCall(decl.target, meaning.name, positions, where, attrs)
     return declared
+
+
+class ExpressionChecker:
+    """Checks `custom_call "T"(x, y) = EXPR [reference NAME]`: the operands are distinct
+    names, EXPR is built from them, numbers and the elementwise ops an expression may use
+    (EXPRESSION_OPS in scalify/frontends/custom_calls.py), and the reference is a known
+    function of as many operands."""
+
+    def __init__(self, decl: CustomCallDecl, fail) -> None:
+        self.decl = decl
+        self.fail = fail
+        self.names: tuple[str, ...] = ()
+
+    def declaration(self, where: str) -> CustomCall:
+        params = self.decl.params or ()
+        for index, param in enumerate(params):
+            if param.name in (p.name for p in params[:index]):
+                raise self.fail(param.span, f"operand `{param.name}` is named twice")
+        self.names = tuple(p.name for p in params)
+        term = self.term(self.decl.meaning)
+        reference = self.reference()
+        positions = tuple(range(len(params)))
+        return CustomCall(
+            self.decl.target,
+            "expression",
+            positions,
+            where,
+            expression=term,
+            names=self.names,
+            reference=reference,
+        )
+
+    def term(self, value: Value) -> Term:
+        if isinstance(value, Var):
+            if value.name not in self.names:
+                raise self.fail(
+                    value.span,
+                    f"`{value.name}` is not an operand of the call",
+                    f"its operands: {', '.join(self.names)}",
+                )
+            return Term(position=self.names.index(value.name))
+        if isinstance(value, IntLit):
+            return Term(literal=str(value.value))
+        if isinstance(value, DecimalLit):
+            return Term(literal=value.text)
+        if isinstance(value, StrLit):
+            raise self.fail(value.span, "an expression's literals are numbers")
+        if value.name not in EXPRESSION_OPS:
+            raise self.fail(
+                value.span,
+                f"`{value.name}` is not an op a custom-call expression may use",
+                f"elementwise ops without attributes: {', '.join(EXPRESSION_OPS)}",
+            )
+        arity = EXPRESSION_OPS[value.name]
+        if value.attrs:
+            raise self.fail(value.span, f"`{value.name}` takes no attributes in an expression")
+        if len(value.args) != arity:
+            raise self.fail(
+                value.span, f"`{value.name}` takes {arity} operand(s), not {len(value.args)}"
+            )
+        return Term(value.name, tuple(self.term(arg) for arg in value.args))
+
+    def reference(self) -> str:
+        ref = self.decl.reference
+        if ref is None:
+            return ""
+        if ref.name not in REFERENCES:
+            raise self.fail(
+                ref.span,
+                f"unknown reference `{ref.name}`",
+                f"references: {', '.join(f'{n}/{a}' for n, (a, _) in REFERENCES.items())}",
+            )
+        arity = REFERENCES[ref.name][0]
+        if arity != len(self.names):
+            raise self.fail(
+                ref.span,
+                f"reference `{ref.name}` takes {arity} operand(s); the call names "
+                f"{len(self.names)}",
+            )
+        return ref.name
+
+
+def _decimals_in(node) -> list[DecimalLit]:
+    """The decimal literals written anywhere in a clause."""
+    if isinstance(node, DecimalLit):
+        return [node]
+    if isinstance(node, App):
+        found = [d for _, value in node.attrs for d in _decimals_in(value)]
+        return found + [d for arg in node.args for d in _decimals_in(arg)]
+    if isinstance(node, Relation):
+        parts = (node.dist, node.base, *node.inner, node.layout)
+        return [d for part in parts for d in _decimals_in(part)]
+    if isinstance(node, Comparison | Equation):
+        return _decimals_in(node.lhs) + _decimals_in(node.rhs)
+    return []
 
 
 def check_rule_set(files: list[RuleFile]) -> dict[str, list[RuleInfo]]:
@@ -582,6 +731,17 @@ def _same_term(a: Value, b: Value) -> bool:
             and all(_same_term(x, y) for x, y in zip(a.args, b.args, strict=True))
         )
     return False
+
+
+def _text(value: Value) -> str:
+    """A value as the rule file writes it, for messages."""
+    if isinstance(value, Var):
+        return value.name
+    if isinstance(value, StrLit):
+        return f'"{value.value}"'
+    if isinstance(value, IntLit):
+        return str(value.value)
+    return f"{value.name}(...)"
 
 
 def _span(value) -> Span:

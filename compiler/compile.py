@@ -61,6 +61,7 @@ def compile_texts(sources: list[tuple[str, str]]) -> CompiledRuleSet:
     files = []
     for rule_file in parsed:
         lowered = [egg for info in infos[rule_file.path] for egg in lower_rule(info)]
+        _refuse_unbound(lowered, rule_file.text)
         text = emit_rules(rule_file.path, lowered) + _declarations_text(rule_file, custom_calls)
         files.append(CompiledRuleFile(rule_file.path, lowered, text))
     _refuse_shadowed(files, dict(sources))
@@ -70,14 +71,23 @@ def compile_texts(sources: list[tuple[str, str]]) -> CompiledRuleSet:
 def _declarations_text(rule_file, custom_calls: dict[str, CustomCall]) -> str:
     """A file's custom-call declarations as they compiled, as comments of its egglog text (no
     egglog rule: they are expanded before the e-graph), so its golden file shows them."""
-    lines = [
+    lines = [_declaration_text(custom_calls[decl.target]) for decl in rule_file.custom_calls]
+    return "".join(line + "\n" for line in lines)
+
+
+def _declaration_text(c: CustomCall) -> str:
+    """One declaration as a comment: a fixed meaning with its positions, or an expression."""
+    if c.expression is not None:
+        reference = f" reference {c.reference}" if c.reference else ""
+        return (
+            f";; custom call {c.target!r}({', '.join(c.names)}) = "
+            f"{c.expression.text(c.names)}{reference}"
+        )
+    return (
         f";; custom call {c.target!r} = {c.meaning}"
         + (f"[{', '.join(f'{k}={v}' for k, v in c.attrs)}]" if c.attrs else "")
         + f"({', '.join(map(str, c.operands))})"
-        for decl in rule_file.custom_calls
-        for c in [custom_calls[decl.target]]
-    ]
-    return "".join(line + "\n" for line in lines)
+    )
 
 
 def compile_rule_dir(directory: str | Path) -> CompiledRuleSet:
@@ -89,6 +99,27 @@ def compile_rule_dir(directory: str | Path) -> CompiledRuleSet:
         except OSError as err:
             raise ScalifyError(f"cannot read rule file: {err.strerror}", str(path)) from None
     return compile_texts(sources)
+
+
+def _refuse_unbound(lowered: list[EggRule], text: str) -> None:
+    """A variable the rewrite (or a comparison) reads must be bound in every egglog rule the
+    `.srl` rule expands to: otherwise egglog refuses the whole program at verification time,
+    far from the line at fault, and a rule that fired could not say which value it means."""
+    for rule in lowered:
+        if not rule.unbound:
+            continue
+        var = rule.unbound[0]
+        where = " and ".join(rule.cases)
+        message = f"`{var.name}` is not bound by the match and the `where` clauses"
+        notes = ["bind it by a layout clause that holds in every case, or by a dim function"]
+        if where:
+            message = f"`{var.name}` is not bound when {where}"
+            notes = [
+                "a `spread` clause met by a scalar fill or a broadcast along a new dim binds "
+                "no dim",
+                *notes,
+            ]
+        raise error_at(var.span, text, message, *notes)
 
 
 def _refuse_shadowed(files: list[CompiledRuleFile], texts: dict[str, str]) -> None:

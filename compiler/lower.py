@@ -10,6 +10,7 @@ are facts about op signatures that the engine states before running the rules.
 from __future__ import annotations
 
 import itertools
+import re
 from dataclasses import dataclass, field, replace
 
 from .ast import App, Comparison, Equation, IntLit, Membership, Relation, StrLit, Value, Var
@@ -41,6 +42,10 @@ class EggRule:
     actions: list[str]
     ruleset: str = "layout"
     unfuzzed: str = ""  # the rule file's reason random instances never make it fire
+    # variables of the rule that this expansion uses but its query does not bind (egglog
+    # would refuse the rule), and which `spread` alternatives the expansion took
+    unbound: tuple[Var, ...] = ()
+    cases: tuple[str, ...] = ()
 
 
 @dataclass
@@ -336,7 +341,124 @@ def _lower_one(info: RuleInfo, ruleset: str, name: str, choices: dict[int, str])
         target = low.build(rewrite.rhs)
     source = f"{rule.span.path}:{rule.span.line}"
     actions = [f"(union ?n0 {target})"]
-    return EggRule(name, rule.doc, source, low.query, actions, ruleset, rule.unfuzzed)
+    unbound = _unbound_variables(low, actions)
+    cases = tuple(
+        f"`{c.dist.name}` is {_ALTERNATIVE_TEXT[choice]}"
+        for c in rule.where
+        if (choice := choices.get(id(c))) in _ALTERNATIVE_TEXT
+    )
+    return EggRule(
+        name, rule.doc, source, low.query, actions, ruleset, rule.unfuzzed, unbound, cases
+    )
+
+
+# what a `spread`-like clause's operand is when the clause is met without its real layout
+_ALTERNATIVE_TEXT = {
+    "free": "a broadcast along a dim it creates",
+    "splat": "a scalar fill",
+}
+
+# egglog primitives that test values and bind none
+_TESTS = frozenset({"<", ">", "<=", ">=", "!="})
+_TOKEN = re.compile(r'"[^"]*"|[()]|[^\s()]+')
+
+
+def _unbound_variables(low: _Lowering, actions: list[str]) -> tuple[Var, ...]:
+    """The rule's variables (rewrite first, then `where`) whose egglog variable this
+    expansion uses but does not bind: a `spread` met by a fill binds no dim, and a rewrite
+    or a comparison that reads such a dim would make egglog refuse the whole program."""
+    bound = bound_in_query(low.query)
+    used = set(_VARIABLE.findall(" ".join(low.query + actions)))
+    rule = low.info.rule
+    candidates = [*_vars_in(rule.rewrite), *(v for c in rule.where for v in _vars_in(c))]
+    seen: set[str] = set()
+    unbound = []
+    for var in candidates:
+        egg = low.var(var.name)
+        if egg in used and egg not in bound and egg not in seen:
+            seen.add(egg)
+            unbound.append(var)
+    return tuple(unbound)
+
+
+_VARIABLE = re.compile(r"\?[A-Za-z_][A-Za-z0-9_]*")
+
+
+def bound_in_query(query: list[str]) -> set[str]:
+    """The egglog variables a query binds: every variable of an atom that reads a table (a
+    constructor, function or relation: capitalised in Scalify's prelude), then, to a fixed
+    point, `?v` of `(= ?v e)` with `e` a primitive expression over bound variables. A
+    comparison binds nothing."""
+    atoms = [_sexp(_TOKEN.findall(atom)) for atom in query]
+    bound: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for atom in atoms:
+            for var in _binds(atom, bound) - bound:
+                bound.add(var)
+                changed = True
+    return bound
+
+
+def _binds(atom, bound: set[str]) -> set[str]:
+    if not isinstance(atom, list) or not atom or atom[0] in _TESTS:
+        return set()
+    if _reads_table(atom):
+        return _atom_vars(atom)
+    if atom[0] == "=" and len(atom) == 3:
+        lhs, rhs = atom[1:]
+        for var, other in ((lhs, rhs), (rhs, lhs)):
+            if isinstance(var, str) and var.startswith("?") and _atom_vars(other) <= bound:
+                return {var}
+    return set()
+
+
+def _reads_table(expr) -> bool:
+    if not isinstance(expr, list):
+        return False
+    head = expr[0] if expr else ""
+    return (isinstance(head, str) and head[:1].isupper()) or any(map(_reads_table, expr[1:]))
+
+
+def _atom_vars(expr) -> set[str]:
+    if isinstance(expr, list):
+        return set().union(*map(_atom_vars, expr)) if expr else set()
+    return {expr} if expr.startswith("?") else set()
+
+
+def _sexp(tokens: list[str]):
+    """A parsed s-expression (nested lists of tokens) from its tokens."""
+    stack: list[list] = [[]]
+    for token in tokens:
+        if token == "(":
+            stack.append([])
+        elif token == ")":
+            done = stack.pop()
+            stack[-1].append(done)
+        else:
+            stack[-1].append(token)
+    return stack[0][0] if stack[0] else []
+
+
+def _vars_in(node) -> list[Var]:
+    """The variables written in a clause or value, in source order (constants and
+    `replicate` excluded)."""
+    if isinstance(node, Var):
+        if node.name in CONSTANT_NAMES or node.name == "replicate":
+            return []
+        return [node]
+    if isinstance(node, App):
+        attrs = [v for _, value in node.attrs for v in _vars_in(value)]
+        return attrs + [v for arg in node.args for v in _vars_in(arg)]
+    if isinstance(node, Relation):
+        parts = (node.dist, node.base, *node.inner, node.layout)
+        return [v for part in parts for v in _vars_in(part)]
+    if isinstance(node, Comparison):
+        return _vars_in(node.lhs) + _vars_in(node.rhs)
+    if isinstance(node, Equation):
+        return _vars_in(node.lhs) + _vars_in(node.rhs)
+    return []
 
 
 def rule_name(egg_rule_name: str) -> str:

@@ -50,6 +50,9 @@ class _ToAst(Transformer):
     def int(self, children: list[Token]) -> ast.IntLit:
         return ast.IntLit(int(children[0]), self._span(children[0]))
 
+    def decimal(self, children: list[Token]) -> ast.DecimalLit:
+        return ast.DecimalLit(str(children[0]), self._span(children[0]))
+
     def string(self, children: list[Token]) -> ast.StrLit:
         return ast.StrLit(str(children[0])[1:-1], self._span(children[0]))
 
@@ -116,10 +119,24 @@ class _ToAst(Transformer):
             unfuzzed=parts.get("unfuzzed", ""),
         )
 
+    def params(self, children: list[Token]) -> tuple:
+        return ("params", tuple(ast.Var(str(c), self._span(c)) for c in children))
+
+    def reference(self, children: list[Token]) -> tuple:
+        return ("reference", ast.Var(str(children[0]), self._span(children[0])))
+
     @v_args(meta=True)
     def custom_call(self, meta, children) -> ast.CustomCallDecl:
-        target, meaning = children
-        return ast.CustomCallDecl(str(target)[1:-1], meaning, self._span(meta))
+        target, *rest = children
+        parts = dict(r for r in rest if isinstance(r, tuple))
+        (meaning,) = [r for r in rest if not isinstance(r, tuple)]
+        return ast.CustomCallDecl(
+            str(target)[1:-1],
+            meaning,
+            self._span(meta),
+            parts.get("params"),
+            parts.get("reference"),
+        )
 
     def start(self, children):
         return children

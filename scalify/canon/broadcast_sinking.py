@@ -1,10 +1,10 @@
 """Views of a broadcast move inside it: the broadcast reaches the elementwise op that reads it.
 
 A broadcast's sizes are left out of its term only where its users are elementwise (see
-"Terms carry no sizes" in docs/explanation/terms-and-layouts.md); there a batch split over devices is
-a block of the broadcast. RoPE's table rows, broadcast over the batch and then sliced, cast
-and reshaped before they multiply the queries, keep the batch size of their program through
-those views, so a data-parallel device's rows never meet the baseline's. Written
+"Terms carry no sizes" in docs/explanation/terms-and-layouts.md); there a batch split over
+devices is a block of the broadcast. RoPE's table rows, broadcast over the batch and then
+sliced, cast and reshaped before they multiply the queries, keep the batch size of their
+program through those views, so a data-parallel device's rows never meet the baseline's. Written
 `broadcast(view(x))` the views are the same in both programs, and the broadcast, now next to
 the product, is each device's block of the baseline's.
 

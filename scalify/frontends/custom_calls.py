@@ -10,7 +10,11 @@ target; a rule file gives it a meaning, one line per target:
 A meaning is one of the small set below, each an expression of canonical ops built where
 the call stands, with the call's own location and name, before canonicalisation: the rules
 then see only canonical ops. The arguments are operand positions of the call; a meaning may
-take integer attributes (`scatter_add[dim=0](0, 1, 2)`).
+take integer attributes (`scatter_add[dim=0](0, 1, 2)`). An elementwise meaning may instead
+be written in the rule file as an expression over the named operands, with numeric literals
+(`Term`), and a reference function lint checks it against (`REFERENCES`):
+
+    custom_call "VendorSwiGlu"(a, b) = mul(mul(a, logistic(a)), b)  reference swiglu
 
 Both frontends make custom calls: HLO's `custom-call` by its target, and the FX frontend
 each op of a framework's own library (`torch.library.custom_op`, outside ATen and prims)
@@ -19,8 +23,11 @@ by its qualified name (`torchtitan::deterministic_scatter_add`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
+
+import numpy as np
 
 from scalify.ir import Graph, NewNodes, Node, replace_nodes
 from scalify.ops.one_hot_forms import rows_added
@@ -52,15 +59,74 @@ class Meaning:
 
 
 @dataclass(frozen=True)
+class Term:
+    """A node of a declared expression: an op over terms (`op`, `args`), an operand of the
+    call (`position`), or a numeric literal (`literal`, its text as written)."""
+
+    op: str = ""
+    args: tuple[Term, ...] = ()
+    position: int = -1
+    literal: str = ""
+
+    def text(self, names: tuple[str, ...]) -> str:
+        """The term as a rule file writes it, operands by their declared names."""
+        if self.op:
+            return f"{self.op}({', '.join(a.text(names) for a in self.args)})"
+        return names[self.position] if self.position >= 0 else self.literal
+
+
+@dataclass(frozen=True)
 class CustomCall:
     """One declaration: the target, the meaning's name, the operand positions it reads, its
-    attributes, and where it is written (`file:line`)."""
+    attributes, and where it is written (`file:line`); for an expression, the expression,
+    its operands' names and the reference function lint compares it with."""
 
     target: str
     meaning: str
     operands: tuple[int, ...]
     where: str
     attrs: tuple[tuple[str, int], ...] = ()
+    expression: Term | None = None
+    names: tuple[str, ...] = ()
+    reference: str = ""
+
+
+# The ops an expression may use: elementwise, the result in the operands' dtype, no
+# attributes (a comparison needs a direction, a cast a dtype).
+EXPRESSION_OPS: dict[str, int] = {
+    **dict.fromkeys(
+        "neg exp log tanh rsqrt sqrt abs erf logistic sign floor ceil exponential_minus_one "
+        "log_plus_one cos sin".split(),
+        1,
+    ),
+    **dict.fromkeys("add sub mul div max min pow rem mod atan2".split(), 2),
+    "clamp": 3,
+}
+
+
+def _gelu_erf(x: np.ndarray) -> np.ndarray:
+    return 0.5 * x * (1.0 + np.vectorize(math.erf, otypes=[np.float64])(x / math.sqrt(2.0)))
+
+
+def _gelu_tanh(x: np.ndarray) -> np.ndarray:
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
+
+
+def _silu(x: np.ndarray) -> np.ndarray:
+    return x / (1.0 + np.exp(-x))
+
+
+# Functions an expression declaration may name as its reference: lint evaluates both on
+# random inputs and compares them (float64 numpy, written independently of the kernels).
+REFERENCES: dict[str, tuple[int, Callable[..., np.ndarray]]] = {
+    "gelu": (1, _gelu_erf),
+    "gelu_tanh": (1, _gelu_tanh),
+    "silu": (1, _silu),
+    "swiglu": (2, lambda a, b: _silu(a) * b),
+    "sigmoid": (1, lambda x: 1.0 / (1.0 + np.exp(-x))),
+    "relu": (1, lambda x: np.maximum(x, 0.0)),
+    "identity": (1, lambda x: x),
+}
 
 
 def _operand(at: Built) -> bool:
@@ -148,6 +214,42 @@ def _scatter_add(at: Built) -> bool:
     return True
 
 
+def _expression(at: Built, term: Term) -> bool:
+    """A declared expression, elementwise in the call's shape and dtype: operands of that
+    shape (or scalars, broadcast), cast to the call's dtype where theirs differs; literals
+    are scalar constants broadcast to the shape, as a splat is."""
+    call, new = at.call, at.new
+    shape, dtype = call.shape, call.dtype
+    if len(call.operands) != len(at.args) or any(a.shape not in (shape, ()) for a in at.args):
+        return False  # an operand the declaration does not name might change the result
+    made: dict[int, int] = {}
+
+    def operand(position: int) -> int:
+        if position not in made:
+            x = at.args[position]
+            x_id = x.id
+            if x.dtype != dtype:
+                x_id = new.add("convert", (x_id,), x.shape, dtype, {"dtype": dtype})
+            if x.shape != shape:
+                x_id = new.add("broadcast", (x_id,), shape, dtype, {"dims": ()})
+            made[position] = x_id
+        return made[position]
+
+    def build(t: Term) -> int:
+        if t.op:
+            args = tuple(build(a) for a in t.args)
+            return new.add(t.op, args, shape, dtype, {})
+        if t.position >= 0:
+            return operand(t.position)
+        literal = new.add("constant", (), (), dtype, {"value": t.literal})
+        return new.add("broadcast", (literal,), shape, dtype, {"dims": ()})
+
+    out = build(term)
+    if not new.nodes or new.nodes[-1].id != out:  # the call is a bare operand
+        new.add("reshape", (out,), shape, dtype, {})  # folded to the operand itself
+    return True
+
+
 def _column(index: Node, d: int, graph: Graph) -> Node | None:
     """The value c with index[p] == c[p[d]] at every position p: the index itself when its
     every dim but d has size 1, or what it broadcasts along d; None when it varies along
@@ -205,9 +307,14 @@ def expand_custom_calls(graph: Graph, declared: dict[str, CustomCall]) -> None:
             return []
         args = [graph.nodes[node.operands[i]] for i in declaration.operands]
         new = NewNodes(node, next_id)
-        meaning = MEANINGS[declaration.meaning]
-        attrs = dict(meaning.attrs) | dict(declaration.attrs)
-        if not meaning.build(Built(node, args, new, attrs, graph)):
+        expression = declaration.expression
+        defaults = () if expression is not None else MEANINGS[declaration.meaning].attrs
+        built = Built(node, args, new, dict(defaults) | dict(declaration.attrs), graph)
+        if expression is not None:
+            fits = _expression(built, expression)
+        else:
+            fits = MEANINGS[declaration.meaning].build(built)
+        if not fits:
             node.attrs["declared_but_unfit"] = declaration.where
             return []
         new.nodes[-1].name = node.name
@@ -242,5 +349,6 @@ def undeclared_note(graph_nodes: list[Node]) -> str:
                     for name, m in MEANINGS.items()
                     if name != "operand"
                 )
+                + f', or an elementwise expression: custom_call "{target}"(x) = EXPRESSION'
             )
     return "; ".join(lines)

@@ -102,8 +102,9 @@ def case_relations(case: Case) -> RelationsFile | None:
 
 def run_case(case: Case, rules: CompiledRuleSet) -> tuple[Report, list[str]]:
     """Verify a case; returns the report and the list of broken promises (empty = pass)."""
-    base = parse_graph_text(case.baseline, case.path)
-    dist = parse_graph_text(case.distributed, case.path)
+    # declared custom calls expand as in `verify`, so a case exercises their declarations
+    base = parse_graph_text(case.baseline, case.path, rules.custom_calls)
+    dist = parse_graph_text(case.distributed, case.path, rules.custom_calls)
     mesh = parse_mesh(case.header.get("mesh", "tp=4"))
     report = verify_graphs(base, dist, rules, mesh, case_relations(case))
     problems = []

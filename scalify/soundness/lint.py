@@ -7,9 +7,14 @@ import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import numpy as np
+
 from scalify.compiler.compile import compile_rule_dir, rule_files_in
 from scalify.compiler.lower import rule_name
 from scalify.errors import ScalifyError
+from scalify.frontends import parse_graph_text
+from scalify.frontends.custom_calls import REFERENCES, CustomCall
+from scalify.simulate.spmd import run_baseline
 from scalify.soundness.cases import case_files, read_case, run_case
 from scalify.soundness.fuzz import fuzz_rules
 from scalify.soundness.prelude_fuzz import PRELUDE, fuzz_prelude
@@ -55,6 +60,10 @@ def lint_rules(
     except ScalifyError as err:
         result.fail(err.render())
         return result
+    for call in rules.custom_calls.values():
+        problem = expression_problem(call) if call.expression is not None else None
+        if problem:
+            result.fail(f"{call.where}: error: custom call `{call.target}`: {problem}")
     for rule_file in rule_files_in(folder):
         compiled = next(f for f in rules.files if Path(f.path).name == rule_file.name)
         undocumented = [r.name for r in _source_rules(compiled.rules) if not r.doc]
@@ -65,6 +74,47 @@ def lint_rules(
     if fuzz:
         _fuzz(result, rules, fuzz, seed)
     return result
+
+
+# the shape and scale of the random operands an expression declaration is evaluated on
+CHECK_SHAPE = (4, 64)
+CHECK_SCALE = 3.0
+
+
+def expression_problem(call: CustomCall, seed: int = 0) -> str | None:
+    """What is wrong with an expression declaration, numerically: it must expand (in f32),
+    evaluate with the simulator's kernels on random operands to a value of the call's
+    shape, and agree with its reference function where it names one. None when all hold."""
+    dims = ",".join(map(str, CHECK_SHAPE))
+    params = [f"  p{i} = f32[{dims}] parameter({i})" for i in range(len(call.names))]
+    operands = ", ".join(f"p{i}" for i in range(len(call.names)))
+    text = "\n".join(
+        ["HloModule check", "ENTRY main {", *params]
+        + [f'  ROOT c = f32[{dims}] custom-call({operands}), custom_call_target="{call.target}"']
+        + ["}", ""]
+    )
+    try:
+        graph = parse_graph_text(text, call.where, {call.target: call})
+    except ScalifyError as err:
+        return f"its expansion does not load: {err.message}"
+    if graph.opaque_nodes():
+        return f"it does not expand on {len(call.names)} operand(s) of shape {CHECK_SHAPE}"
+    rng = np.random.default_rng(seed)
+    inputs = {i: CHECK_SCALE * rng.standard_normal(CHECK_SHAPE) for i in graph.inputs}
+    value = np.asarray(run_baseline(graph, inputs)[graph.outputs[0]])
+    if value.shape != CHECK_SHAPE:
+        return f"it evaluates to shape {value.shape}, not the call's {CHECK_SHAPE}"
+    if not call.reference:
+        return None
+    expected = REFERENCES[call.reference][1](*(inputs[i] for i in graph.inputs))
+    if np.allclose(value, expected, rtol=1e-4, atol=1e-5, equal_nan=True):
+        return None
+    where = np.unravel_index(np.argmax(np.abs(value - expected)), CHECK_SHAPE)
+    args = ", ".join(f"{inputs[i][where]:.6g}" for i in graph.inputs)
+    return (
+        f"it differs from its reference `{call.reference}`: at ({args}) it gives "
+        f"{value[where]:.6g}, the reference {expected[where]:.6g}"
+    )
 
 
 # From this many instances per rule on (the default, and CI's 60), a rule that never fires
