@@ -128,9 +128,25 @@ class CustomCallDecl:
 
 
 @dataclass(frozen=True)
+class CanonRule:
+    """`canon name: match P where G rewrite T`: a directed rewrite of one graph. Where P
+    matches a node and the guards G hold, the node becomes T: a value P bound, or one op over
+    bound values with attributes computed from bound attributes."""
+
+    name: str
+    doc: str
+    match: App
+    where: tuple[Clause, ...]
+    rewrite: Value
+    span: Span
+    unfuzzed: str = ""
+
+
+@dataclass(frozen=True)
 class RuleFile:
     path: str
     text: str
     families: tuple[Family, ...]
     rules: tuple[Rule, ...]
     custom_calls: tuple[CustomCallDecl, ...] = ()
+    canon_rules: tuple[CanonRule, ...] = ()

@@ -9,6 +9,8 @@ from pathlib import Path
 from scalify.errors import ScalifyError, line_of
 from scalify.frontends.custom_calls import CustomCall
 
+from .ast import CanonRule
+from .canon import canon_text, check_canon_rules
 from .check import check_custom_calls, check_rule_set, error_at
 from .emit import emit_families, emit_rules
 from .lower import EggRule, lower_rule
@@ -28,6 +30,8 @@ class CompiledRuleSet:
     families: dict[str, tuple[str, ...]]
     # what each declared custom-call target means (scalify/frontends/custom_calls.py)
     custom_calls: dict[str, CustomCall] = field(default_factory=dict)
+    # the directed rewrites run before saturation (scalify/canon/rewriter.py)
+    canon_rules: list[CanonRule] = field(default_factory=list)
 
     @property
     def rules(self) -> list[EggRule]:
@@ -57,15 +61,21 @@ def compile_texts(sources: list[tuple[str, str]]) -> CompiledRuleSet:
     parsed = [parse_rule_text(text, path) for path, text in sources]
     infos = check_rule_set(parsed)
     custom_calls = check_custom_calls(parsed)
+    taken = {rule.name for p in parsed for rule in p.rules}
+    canon_rules = check_canon_rules(parsed, taken)
     families = {f.name: f.members for p in parsed for f in p.families}
     files = []
     for rule_file in parsed:
         lowered = [egg for info in infos[rule_file.path] for egg in lower_rule(info)]
         _refuse_unbound(lowered, rule_file.text)
-        text = emit_rules(rule_file.path, lowered) + _declarations_text(rule_file, custom_calls)
+        text = (
+            emit_rules(rule_file.path, lowered)
+            + canon_text(rule_file)
+            + _declarations_text(rule_file, custom_calls)
+        )
         files.append(CompiledRuleFile(rule_file.path, lowered, text))
     _refuse_shadowed(files, dict(sources))
-    return CompiledRuleSet(files, families, custom_calls)
+    return CompiledRuleSet(files, families, custom_calls, canon_rules)
 
 
 def _declarations_text(rule_file, custom_calls: dict[str, CustomCall]) -> str:

@@ -126,6 +126,20 @@ class _ToAst(Transformer):
         return ("reference", ast.Var(str(children[0]), self._span(children[0])))
 
     @v_args(meta=True)
+    def canon(self, meta, children) -> ast.CanonRule:
+        name = children[0]
+        parts = dict(children[1:])
+        return ast.CanonRule(
+            name=str(name),
+            doc=_doc_comment(self.lines, meta.line),
+            match=parts["match"],
+            where=parts.get("where", ()),
+            rewrite=parts["rewrite"],
+            span=self._span(meta),
+            unfuzzed=parts.get("unfuzzed", ""),
+        )
+
+    @v_args(meta=True)
     def custom_call(self, meta, children) -> ast.CustomCallDecl:
         target, *rest = children
         parts = dict(r for r in rest if isinstance(r, tuple))
@@ -175,4 +189,5 @@ def parse_rule_text(text: str, path: str) -> ast.RuleFile:
     families = tuple(i for i in items if isinstance(i, ast.Family))
     rules = tuple(i for i in items if isinstance(i, ast.Rule))
     custom_calls = tuple(i for i in items if isinstance(i, ast.CustomCallDecl))
-    return ast.RuleFile(path, text, families, rules, custom_calls)
+    canon_rules = tuple(i for i in items if isinstance(i, ast.CanonRule))
+    return ast.RuleFile(path, text, families, rules, custom_calls, canon_rules)

@@ -96,6 +96,8 @@ class Graph:
     # Pairs of nodes that compute the same value in two forms (see canonicalize.py); both
     # forms go into the e-graph, unioned.
     equalities: list[tuple[int, int]] = field(default_factory=list)
+    # how often each canonical rule (rules/canon.srl) rewrote a node of this graph
+    canon_fired: dict[str, int] = field(default_factory=dict)
     # Facts derived from the nodes (users, literal nodes, ...), computed once; analyses key it
     # by their own name. Graphs are not edited after canonicalisation, so it stays valid.
     derived: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)

@@ -217,6 +217,9 @@ def verify_graphs(
     for name, count in stats.rule_matches.items():
         if count and name in srl_rules:
             fired[rule_name(name)] = fired.get(rule_name(name), 0) + count
+    for graph in (base, dist):  # the canonical rules, run as the graphs were loaded
+        for name, count in graph.canon_fired.items():
+            fired[name] = fired.get(name, 0) + count
     return Report(
         verdict=verdict,
         baseline=base.path,

@@ -22,6 +22,7 @@ from scalify.canon.merged_batches import add_unmerged_batch_forms
 from scalify.canon.one_hot import fold_one_hots
 from scalify.canon.padded_pieces import join_padded_pieces
 from scalify.canon.reshape_refinement import refined_steps
+from scalify.canon.rewriter import builtin_rules
 from scalify.canon.static_indices import fold_static_indices
 from scalify.canon.unit_shapes import unit_placements
 from scalify.canon.view_blocks import write_view_blocks
@@ -468,6 +469,8 @@ def _with_equals(nodes: dict[int, Node], live: set[int], equalities) -> set[int]
 
 
 def _fold(graph: Graph) -> Graph:
+    canon = builtin_rules()
+    fired = graph.canon_fired
     alias: dict[int, int] = {}
     nodes: dict[int, Node] = {}
     next_id = max(graph.nodes, default=-1) + 1
@@ -506,28 +509,12 @@ def _fold(graph: Graph) -> Graph:
                 return
             if operands[0] == operands[1] and is_int_dtype(node.dtype):
                 node.op, node.operands, node.attrs = "constant", (), {"value": "0"}
-        inner = nodes[operands[0]] if operands else None
-        if node.op == "transpose" and inner is not None and inner.op == "transpose":
-            perm, first = node.attrs["perm"], inner.attrs["perm"]  # one transpose, composed
-            node.operands = inner.operands
-            node.attrs = {**node.attrs, "perm": tuple(first[p] for p in perm)}
-            if is_identity(node, nodes[node.operands[0]]):
-                alias[node.id] = node.operands[0]
-                return
-        if node.op == "broadcast" and inner is not None and inner.op == "broadcast":
-            # one broadcast, composed: a mask broadcast to the KV heads, then to the query
-            # heads of each, is one broadcast of the mask (whose term is the same whatever
-            # share of the heads a device holds)
-            node.operands = inner.operands
-            node.attrs = {
-                **node.attrs,
-                "dims": tuple(node.attrs["dims"][d] for d in inner.attrs["dims"]),
-            }
-        if node.op == "reshape" and nodes[operands[0]].op == "reshape":
-            node.operands = nodes[operands[0]].operands
-            if node.shape == nodes[node.operands[0]].shape:
-                alias[node.id] = node.operands[0]
-                return
+        # the canonical rules of rules/canon.srl: transposes, broadcasts and reshapes of
+        # their own kind composed into one, identities dropped
+        same = canon.rewrite(node, nodes, fired)
+        if same is not None:
+            alias[node.id] = same
+            return
         nodes[node.id] = node
 
     def broadcast_forms(node: Node, operand: Node | None) -> list[Node]:

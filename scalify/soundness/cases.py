@@ -116,7 +116,7 @@ def run_case(case: Case, rules: CompiledRuleSet) -> tuple[Report, list[str]]:
         problems.append(f"expected {expect}, got {report.verdict}")
     fired = report.stats["rules_fired"]
     problems += [f"rule `{r}` did not fire" for r in case.fires if r not in fired]
-    known = {rule_name(r.name) for r in rules.rules}
+    known = {rule_name(r.name) for r in rules.rules} | {r.name for r in rules.canon_rules}
     problems += [
         f"names unknown rule `{r}`" for r in case.fires + case.near_misses if r not in known
     ]

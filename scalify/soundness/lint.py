@@ -15,6 +15,7 @@ from scalify.errors import ScalifyError
 from scalify.frontends import parse_graph_text
 from scalify.frontends.custom_calls import REFERENCES, CustomCall
 from scalify.simulate.spmd import run_baseline
+from scalify.soundness.canon_fuzz import fuzz_canon_rules
 from scalify.soundness.cases import case_files, read_case, run_case
 from scalify.soundness.fuzz import fuzz_rules
 from scalify.soundness.prelude_fuzz import PRELUDE, fuzz_prelude
@@ -40,6 +41,14 @@ def _source_rules(egg_rules):
         if name not in seen:
             seen[name] = replace(rule, name=name)
     return list(seen.values())
+
+
+@dataclass(frozen=True)
+class _CanonSource:
+    """A canonical rule as the case check names it."""
+
+    name: str
+    source: str
 
 
 def golden_path(rules_dir: Path, rule_file: Path) -> Path:
@@ -127,7 +136,9 @@ def _fuzz(result: LintResult, rules, budget: int, seed: int) -> None:
     why instances cannot make it fire (`unfuzzed "..."`: its cases are then all there is);
     so must the prelude's rules over sub-axes and masks (`prelude_fuzz.py`)."""
     unfuzzed = {rule_name(r.name): r.unfuzzed for r in rules.rules}
-    for report in fuzz_rules(rules, budget, seed) + fuzz_prelude(rules, budget, seed):
+    unfuzzed |= {r.name: r.unfuzzed for r in rules.canon_rules}
+    reports = fuzz_rules(rules, budget, seed) + fuzz_prelude(rules, budget, seed)
+    for report in reports + fuzz_canon_rules(rules.canon_rules, budget, seed):
         reason = unfuzzed.get(report.name, "")
         if report.unsound:
             result.fail(
@@ -198,7 +209,12 @@ def _check_cases(result: LintResult, folder: Path, rule_file: Path, compiled, ru
         tempted |= set(case.near_misses)
         for problem in problems:
             result.fail(f"{path}: error: {problem}")
-    for rule in _source_rules(compiled.rules):
+    canon = [
+        _CanonSource(r.name, f"{r.span.path}:{r.span.line}")
+        for r in rules.canon_rules
+        if r.span.path == compiled.path
+    ]
+    for rule in _source_rules(compiled.rules) + canon:
         if rule.name not in covered:
             result.fail(
                 f"{rule.source}: error: rule `{rule.name}` has no case that must fire "

@@ -1,0 +1,58 @@
+"""The attribute functions and predicates canonical rules may call (`rules/canon.srl`).
+
+A canonical rule rewrites a node into one op over values it matched, and the new op's
+attributes are often computed from the matched ones: two transposes' permutations composed,
+two broadcasts' dims picked. These are pure functions of integer tuples, declared here once
+with their arity; the compiler refuses a call to anything else, and the canonical rules'
+fuzzer checks every rule that uses them numerically.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Function:
+    """An attribute function: its arity, what it computes, and whether it is a predicate
+    (a guard in `where`) or a value (an attribute of the rewrite)."""
+
+    arity: int
+    compute: Callable[..., object]
+    doc: str
+    predicate: bool = False
+
+
+def _compose(inner: tuple[int, ...], outer: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(inner[d] for d in outer)
+
+
+def _pick(outer: tuple[int, ...], inner: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(outer[d] for d in inner)
+
+
+def _is_identity_perm(perm: tuple[int, ...]) -> bool:
+    return tuple(perm) == tuple(range(len(perm)))
+
+
+FUNCTIONS: dict[str, Function] = {
+    "compose": Function(
+        2,
+        _compose,
+        "compose(p, q): the permutation of transpose(transpose(x, p), q) as one, p[q[i]]",
+    ),
+    "pick": Function(
+        2,
+        _pick,
+        "pick(o, i): the dims of broadcast(broadcast(x, i), o) as one broadcast, o[i[k]]",
+    ),
+    "is_identity_perm": Function(
+        1, _is_identity_perm, "is_identity_perm(p): p is (0, 1, ..., n-1)", predicate=True
+    ),
+}
+
+
+def call(name: str, args: list[object]) -> object:
+    """Apply a declared function (the compiler has checked its name and arity)."""
+    return FUNCTIONS[name].compute(*args)
