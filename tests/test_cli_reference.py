@@ -7,6 +7,7 @@ import argparse
 import os
 
 from conftest import REPO
+
 from scalify.cli import build_parser
 
 PAGE = REPO / "docs" / "reference" / "cli.md"
