@@ -21,6 +21,9 @@ from .ast import App, CanonRule, Comparison, Equation, IntLit, RuleFile, StrLit,
 from .check import error_at
 from .signatures import OP_ARITY
 
+# literal ops a rewrite may build (a canonical rule replaces a value it proves constant)
+LITERALS = {"constant": (0,)}
+
 
 class CanonChecker:
     """Checks the canonical rules of one file."""
@@ -40,7 +43,7 @@ class CanonChecker:
         attrs: dict[str, Var] = {}
         self._pattern(rule.match, values, attrs)
         for clause in rule.where:
-            self._guard(clause, attrs)
+            self._guard(clause, values, attrs)
         self._rewrite(rule.rewrite, values, attrs)
 
     def _pattern(self, app: App, values: dict[str, Var], attrs: dict[str, Var]) -> None:
@@ -63,25 +66,25 @@ class CanonChecker:
                 raise self.fail(arg, "an operand of a matched op is a variable or an op pattern")
 
     def _op(self, app: App) -> None:
-        arities = OP_ARITY.get(app.name)
+        arities = LITERALS.get(app.name) or OP_ARITY.get(app.name)
         if arities is None:
             raise self.fail(app, f"unknown op `{app.name}`")
         if len(app.args) not in arities:
             wanted = " or ".join(map(str, arities))
             raise self.fail(app, f"`{app.name}` takes {wanted} operand(s), not {len(app.args)}")
 
-    def _guard(self, clause, attrs: dict[str, Var]) -> None:
+    def _guard(self, clause, values: dict[str, Var], attrs: dict[str, Var]) -> None:
         if isinstance(clause, App):
-            self._function(clause, attrs, predicate=True)
+            self._function(clause, values, attrs, predicate=True)
         elif isinstance(clause, Comparison | Equation):
             for side in (clause.lhs, clause.rhs):
-                self._attribute(side, attrs)
+                self._attribute(side, values, attrs)
         else:
             raise self.fail(
                 clause, "a canonical rule's guard is a predicate, a comparison or an equation"
             )
 
-    def _attribute(self, value: Value, attrs: dict[str, Var]) -> None:
+    def _attribute(self, value: Value, values: dict[str, Var], attrs: dict[str, Var]) -> None:
         """An attribute expression: a bound attribute, a literal or a function of them."""
         if isinstance(value, Var):
             if value.name not in attrs:
@@ -91,11 +94,13 @@ class CanonChecker:
                     "bind it in the pattern, e.g. `transpose[perm=p](x)`",
                 )
         elif isinstance(value, App):
-            self._function(value, attrs, predicate=False)
+            self._function(value, values, attrs, predicate=False)
         elif not isinstance(value, IntLit | StrLit):
             raise self.fail(value, "not an attribute expression")
 
-    def _function(self, app: App, attrs: dict[str, Var], predicate: bool) -> None:
+    def _function(
+        self, app: App, values: dict[str, Var], attrs: dict[str, Var], predicate: bool
+    ) -> None:
         declared = FUNCTIONS.get(app.name)
         if declared is None or declared.predicate != predicate:
             kind = "predicate" if predicate else "function"
@@ -106,7 +111,10 @@ class CanonChecker:
         if len(app.args) != declared.arity or app.attrs:
             raise self.fail(app, f"`{app.name}` takes {declared.arity} argument(s)")
         for arg in app.args:
-            self._attribute(arg, attrs)
+            if not declared.of_values:
+                self._attribute(arg, values, attrs)
+            elif not isinstance(arg, Var) or arg.name not in values:
+                raise self.fail(arg, f"`{app.name}` takes a value the match binds")
 
     def _rewrite(self, value: Value, values: dict[str, Var], attrs: dict[str, Var]) -> None:
         if isinstance(value, Var):
@@ -124,7 +132,7 @@ class CanonChecker:
                     "the rewrite is one op over matched values: nest no op inside it",
                 )
         for _, attr in value.attrs:
-            self._attribute(attr, attrs)
+            self._attribute(attr, values, attrs)
 
 
 def check_canon_rules(files: list[RuleFile], taken: set[str]) -> list[CanonRule]:

@@ -44,6 +44,14 @@ canon swapped_pick:
   match   broadcast[dims=o](broadcast[dims=i](x))
   rewrite broadcast[dims=pick(i, o)](x)
 """,
+    # a guard on the wrong operand: 0 - x is not x
+    "zero_minus": """
+# 0 - x == x (wrong: it is -x)
+canon zero_minus:
+  match   sub(z, x)
+  where   is_zero_fill(z)
+  rewrite x
+""",
     # a reshape dropped across a transpose
     "reshape_through_transpose": """
 # reshape(transpose(x)) == reshape(x) (wrong: the transpose moves elements)

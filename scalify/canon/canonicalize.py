@@ -30,7 +30,7 @@ from scalify.canon.views_through_broadcasts import add_views_through_broadcasts
 from scalify.errors import ScalifyError
 from scalify.externs.device_tables import fold_device_scalars, fold_device_tables
 from scalify.externs.index_forms import guarded_index_range
-from scalify.externs.int_ranges import fold_int_ranges, is_int_dtype
+from scalify.externs.int_ranges import fold_int_ranges
 from scalify.ir import Graph, Node, at_line, feeding, is_zero_fill
 
 
@@ -503,14 +503,9 @@ def _fold(graph: Graph) -> Graph:
         if len(operands) == 1 and is_identity(node, nodes[operands[0]]):
             alias[node.id] = operands[0]
             return
-        if node.op == "sub" and node.shape == ():  # device-index arithmetic: x - 0, x - x
-            if is_zero_fill(operands[1], nodes) and nodes[operands[0]].dtype == node.dtype:
-                alias[node.id] = operands[0]
-                return
-            if operands[0] == operands[1] and is_int_dtype(node.dtype):
-                node.op, node.operands, node.attrs = "constant", (), {"value": "0"}
         # the canonical rules of rules/canon.srl: transposes, broadcasts and reshapes of
-        # their own kind composed into one, identities dropped
+        # their own kind composed into one, identities dropped, device-index arithmetic
+        # with itself or zero
         same = canon.rewrite(node, nodes, fired)
         if same is not None:
             alias[node.id] = same

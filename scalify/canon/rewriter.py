@@ -64,7 +64,7 @@ class CanonRules:
             for rule in self.by_root.get(node.op, ()):
                 binding = match(rule.match, node, nodes)
                 try:
-                    if binding is None or not guards_hold(rule.where, binding):
+                    if binding is None or not guards_hold(rule.where, binding, nodes):
                         continue
                     outcome = apply(rule.rewrite, binding, node, nodes)
                 except (IndexError, KeyError, TypeError, ValueError) as err:
@@ -105,7 +105,7 @@ def _match(pattern: ast.App, node: Node, nodes: dict[int, Node], binding: Bindin
         if isinstance(wanted, ast.Var):
             if not _bind(binding, wanted.name, have):
                 return False
-        elif have != evaluate(wanted, binding):
+        elif have != evaluate(wanted, binding, nodes):
             return False
     for arg, operand in zip(pattern.args, node.operands, strict=True):
         if isinstance(arg, ast.Var):
@@ -119,27 +119,29 @@ def _match(pattern: ast.App, node: Node, nodes: dict[int, Node], binding: Bindin
     return True
 
 
-def evaluate(value: ast.Value, binding: Binding) -> object:
-    """An attribute expression's value: a bound attribute, a literal, or a function call."""
+def evaluate(value: ast.Value, binding: Binding, nodes: dict[int, Node]) -> object:
+    """An attribute expression's value: a bound attribute (or value, as a function's
+    argument), a literal, or a function call."""
     if isinstance(value, ast.Var):
         return binding[value.name]
     if isinstance(value, ast.IntLit | ast.StrLit):
         return value.value
     if isinstance(value, ast.App):
-        return call(value.name, [evaluate(a, binding) for a in value.args])
+        return call(value.name, [evaluate(a, binding, nodes) for a in value.args], nodes)
     raise TypeError(f"not an attribute expression: {value!r}")
 
 
-def guards_hold(clauses: tuple, binding: Binding) -> bool:
+def guards_hold(clauses: tuple, binding: Binding, nodes: dict[int, Node]) -> bool:
     for clause in clauses:
         if isinstance(clause, ast.App):
-            if not call(clause.name, [evaluate(a, binding) for a in clause.args]):
+            if not evaluate(clause, binding, nodes):
                 return False
         elif isinstance(clause, ast.Equation):
-            if evaluate(clause.lhs, binding) != evaluate(clause.rhs, binding):
+            if evaluate(clause.lhs, binding, nodes) != evaluate(clause.rhs, binding, nodes):
                 return False
         elif isinstance(clause, ast.Comparison):
-            lhs, rhs = evaluate(clause.lhs, binding), evaluate(clause.rhs, binding)
+            lhs = evaluate(clause.lhs, binding, nodes)
+            rhs = evaluate(clause.rhs, binding, nodes)
             if not _compare(lhs, clause.op, rhs):
                 return False
     return True
@@ -166,7 +168,7 @@ def apply(rewrite: ast.Value, binding: Binding, node: Node, nodes: dict[int, Nod
         return target.id
     operands = tuple(binding[a.name].id for a in rewrite.args)
     attrs = dict(node.attrs) if rewrite.name == node.op else {}
-    attrs.update({key: evaluate(value, binding) for key, value in rewrite.attrs})
+    attrs.update({key: evaluate(value, binding, nodes) for key, value in rewrite.attrs})
     node.op, node.operands, node.attrs = rewrite.name, operands, attrs
     return True
 

@@ -24,6 +24,7 @@ from scalify.soundness.fuzz import RuleReport
 from scalify.values import NotSimulable
 
 Shape = tuple[int, ...]
+DRAWS_PER_INSTANCE = 20
 # op -> (rng, operand shapes) -> (attributes, output shape), or None when no instance fits
 Over = Callable[[np.random.Generator, list[Shape]], tuple[dict, Shape] | None]
 
@@ -80,6 +81,7 @@ class _Instance:
 
     def __init__(self, rng: np.random.Generator) -> None:
         self.rng = rng
+        self.dtype = "s32" if rng.random() < 0.3 else "f32"
         self.nodes: dict[int, Node] = {}
         self.inputs: list[int] = []
         self.values: dict[str, int] = {}
@@ -87,17 +89,28 @@ class _Instance:
 
     def _add(self, op: str, operands: tuple[int, ...], shape: Shape, attrs: dict) -> int:
         node_id = len(self.nodes)
-        self.nodes[node_id] = Node(node_id, op, operands, shape, "f32", attrs, name=f"n{node_id}")
+        self.nodes[node_id] = Node(
+            node_id, op, operands, shape, self.dtype, attrs, name=f"n{node_id}"
+        )
         return node_id
 
     def value(self, name: str) -> int:
+        """The value of a pattern variable: a random input, or now and then a fill of a
+        small literal (zero among them), so that guards about fills can hold."""
         if name not in self.values:
-            rank = int(self.rng.integers(1, 4))
+            rank = int(self.rng.choice(4, p=(0.3, 0.25, 0.25, 0.2)))
             shape = tuple(int(self.rng.integers(1, 4)) for _ in range(rank))
-            node_id = self._add("parameter", (), shape, {"index": len(self.inputs)})
-            self.inputs.append(node_id)
+            if self.values and self.rng.random() < 0.8:  # operands of one elementwise op
+                shape = self.nodes[list(self.values.values())[-1]].shape
+            if self.rng.random() < 0.3:
+                literal = self._add("constant", (), (), {"value": str(self.rng.integers(0, 3))})
+                node_id = self._add("broadcast", (literal,), shape, {"dims": ()})
+                self.lines.append(f"n{node_id}: a fill of {self.nodes[literal].attrs['value']}")
+            else:
+                node_id = self._add("parameter", (), shape, {"index": len(self.inputs)})
+                self.inputs.append(node_id)
+                self.lines.append(f"n{node_id}: {self.dtype}{list(shape)} ({name})")
             self.values[name] = node_id
-            self.lines.append(f"n{node_id}: f32{list(shape)} ({name})")
         return self.values[name]
 
     def build(self, pattern: ast.App) -> int:
@@ -129,8 +142,10 @@ def fuzz_canon_rule(rule: ast.CanonRule, budget: int, seed: int) -> RuleReport:
     report = RuleReport(rule.name, f"{rule.span.path}:{rule.span.line}")
     rules = CanonRules([rule])
     rng = np.random.default_rng(seed)
-    for _ in range(budget * 4):  # draws that do not match do not count as instances
-        if report.instances >= budget:
+    # Draws the rule does not fire on do not count: a guarded rule is drawn until it has
+    # fired `budget` times, or for at most DRAWS_PER_INSTANCE times the budget.
+    for _ in range(budget * DRAWS_PER_INSTANCE):
+        if report.fired >= budget:
             break
         instance = _Instance(rng)
         try:
