@@ -23,12 +23,15 @@ ROW_MAJOR_VIEWS = frozenset({"reshape", "merge", "split"})
 @dataclass(frozen=True)
 class SourceLoc:
     """Where a node came from: the model code's line, and when that line is inside an
-    installed library, the user's line that called into it (`call_site`)."""
+    installed library, the user's line that called into it (`call_site`); when the line is
+    the user's code a library called back (a Keras layer's `call`), the library's line that
+    made the op (`library`), kept because that line alone is the same for every such op."""
 
     file: str
     line: int
     function: str = ""
     call_site: SourceLoc | None = field(default=None, compare=False)
+    library: SourceLoc | None = field(default=None, compare=False)
 
     def __str__(self) -> str:
         where = f"{self.file}:{self.line}"

@@ -706,6 +706,7 @@ def _suspect(node, reason: str, operands: list[str], second=None) -> Suspect:
         called_from=str(loc.call_site) if loc and loc.call_site else "",
         second=second,
         caller=(loc.call_site.file, loc.call_site.line) if loc and loc.call_site else None,
+        via=str(loc.library) if loc and loc.library else "",
     )
 
 

@@ -51,6 +51,22 @@ class PartialSumMLP(MLP):
         return all_reduce(y + self.bias, "sum", dist.group.WORLD)  # BUG: bias_before_allreduce
 
 
+class HookedMLP(MLP):
+    """fc2's partial sum reduced by a forward hook on fc2 (`reduce_in_a_hook`), not in forward."""
+
+    def forward(self, x):
+        return self.fc2(F.gelu(self.fc1(x), approximate="tanh"))
+
+
+def reduce_in_a_hook(bias: torch.Tensor):
+    """A forward hook that all-reduces a module's partial output, the bias added first."""
+
+    def hook(module, args, output):
+        return all_reduce(output + bias, "sum", dist.group.WORLD)  # BUG: bias_in_hook
+
+    return hook
+
+
 class BiasedMLP(nn.Module):
     """fc2 with its own bias, on 3-D inputs: `linear` traces as a view of `addmm`, the bias
     added before the product is split back into batch and sequence."""
@@ -166,6 +182,23 @@ def test_bias_before_allreduce_fails_at_its_line(mesh):
     message = str(failure.value)
     assert "verdict: not_equivalent" in message
     assert f"{HERE}:{bug_line('bias_before_allreduce', THIS)} in forward: add" in message
+
+
+def test_a_bias_added_in_a_forward_hook_fails_at_the_hooks_line(mesh):
+    """make_fx keeps only `forward` frames: the hook's ops were placed at the line that
+    called fc2. The report names the hook's line."""
+    torch.manual_seed(0)
+    base = MLP()
+    buggy = HookedMLP()
+    buggy.load_state_dict(base.state_dict())
+    plan = {"fc1": ColwiseParallel(), "fc2": RowwiseParallel(output_layouts=Partial())}
+    tp = parallel(buggy, mesh, plan)
+    tp.fc2.register_forward_hook(reduce_in_a_hook(tp.bias))  # after the plan's own hook
+    with pytest.raises(AssertionError) as failure:
+        scalify.assert_equivalent(base, tp, mesh="tp=4", example_inputs=(torch.randn(8, 64),))
+    message = str(failure.value)
+    assert "verdict: not_equivalent" in message
+    assert f"{HERE}:{bug_line('bias_in_hook', THIS)} in hook: add" in message
 
 
 def test_dtensor_attention_is_equivalent(mesh):

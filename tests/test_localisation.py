@@ -32,6 +32,84 @@ def test_a_helpers_op_is_located_with_the_line_that_called_it():
     assert pick_location([caller, driver], cwd="/nowhere").call_site is None
 
 
+SITE = "/home/me/venv/lib/python3.11/site-packages"
+
+
+def _frame(path: str, line: int, function: str) -> SourceLoc:
+    """A frame of an installed package (`keras/...`) or of the user's code (`/home/me/...`)."""
+    return SourceLoc(path if path.startswith("/") else f"{SITE}/{path}", line, function)
+
+
+def test_a_keras_layers_op_is_located_at_the_users_call_not_the_backend_wrapper():
+    """Keras's `Layer.__call__` calls the user's `call()` back; the op is made in Keras's
+    backend einsum (one line for every einsum of every model): the user's line comes first,
+    the backend's beside it, the line of `Model.call` that called the block as call site.
+    JAX drops its own frames, so the backend wrapper is the innermost frame."""
+    stack = [
+        _frame("keras/src/backend/jax/numpy.py", 144, "einsum"),
+        _frame("keras/src/ops/numpy.py", 3011, "einsum"),
+        _frame("/home/me/proj/model.py", 17, "Block.call"),
+        _frame("keras/src/ops/operation.py", 58, "Operation.__call__"),
+        _frame("keras/src/utils/traceback_utils.py", 117, "error_handler"),
+        _frame("keras/src/layers/layer.py", 941, "Layer.__call__"),
+        _frame("/home/me/proj/model.py", 28, "Model.call"),
+        _frame("keras/src/layers/layer.py", 941, "Layer.__call__"),
+        _frame("/home/me/proj/train.py", 40, "step"),
+        _frame("/home/me/proj/train.py", 52, "<module>"),
+    ]
+    loc = pick_location(stack, cwd="/home/me/proj")
+    assert (loc.file, loc.line, loc.function) == ("model.py", 17, "Block.call")
+    assert (loc.library.file, loc.library.line) == ("keras/src/backend/jax/numpy.py", 144)
+    assert (loc.call_site.file, loc.call_site.line) == ("model.py", 28)
+
+
+def test_library_model_code_stays_first_with_the_users_line_as_call_site():
+    """transformers' model code made the op: torch's module calls (the tracer) and pytest
+    running the user's test (a package outside the user's frame that made no part of the op)
+    are no callback, so the library's line stays first."""
+    llama = "transformers/models/llama/modeling_llama.py"
+    stack = [
+        _frame("torch/nn/functional.py", 2377, "linear"),
+        _frame(llama, 250, "forward"),
+        _frame("torch/nn/modules/module.py", 1789, "_call_impl"),
+        _frame(llama, 402, "forward"),
+        _frame("torch/nn/modules/module.py", 1789, "_call_impl"),
+        _frame("/home/me/proj/wrapper.py", 12, "forward"),
+        _frame("torch/nn/modules/module.py", 1789, "_call_impl"),
+        _frame("/home/me/proj/test_model.py", 30, "test_llama"),
+        _frame("_pytest/python.py", 159, "pytest_pyfunc_call"),
+        _frame("pluggy/_callers.py", 103, "_multicall"),
+    ]
+    loc = pick_location(stack, cwd="/home/me/proj")
+    assert (loc.file, loc.line) == (llama, 250) and loc.library is None
+    assert (loc.call_site.file, loc.call_site.line) == ("wrapper.py", 12)
+    # transformers' Flax models on JAX, whose stacks hold no frame of JAX's
+    flax_llama = "transformers/models/llama/modeling_flax_llama.py"
+    stack = [
+        _frame(flax_llama, 210, "FlaxLlamaAttention.__call__"),
+        _frame(flax_llama, 480, "FlaxLlamaModule.__call__"),
+        _frame("/home/me/proj/export.py", 25, "forward"),
+        _frame("_pytest/python.py", 159, "pytest_pyfunc_call"),
+    ]
+    loc = pick_location(stack, cwd="/home/me/proj")
+    assert (loc.file, loc.line) == (flax_llama, 210) and loc.library is None
+    assert (loc.call_site.file, loc.call_site.line) == ("export.py", 25)
+
+
+def test_the_users_own_ops_keep_their_line():
+    """Ops the user's code makes with JAX or torch directly: the tracer's frames are skipped
+    and no library line is kept."""
+    stack = [
+        _frame("jax/_src/numpy/lax_numpy.py", 9200, "einsum"),
+        _frame("/home/me/proj/model.py", 40, "attention"),
+        _frame("torch/nn/modules/module.py", 1789, "_call_impl"),
+        _frame("/home/me/proj/run.py", 5, "<module>"),
+    ]
+    loc = pick_location(stack, cwd="/home/me/proj")
+    assert (loc.file, loc.line) == ("model.py", 40)
+    assert loc.library is None and loc.call_site is None
+
+
 def _last_line_of(path, pattern: str) -> int:
     """The last line holding `pattern` (the tensor-parallel program's, after the baseline's)."""
     lines = path.read_text().splitlines()

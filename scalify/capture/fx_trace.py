@@ -204,30 +204,36 @@ def trace(
 
 @contextmanager
 def _stack_traces_from_the_program() -> Iterator[None]:
-    """Stack traces for the ops a program runs outside any module's `forward`.
+    """Stack traces that keep the frames of the user's own code, not only `forward`'s.
 
-    FX keeps a node's stack from the first `forward` frame on and drops it when there is
-    none, so the ops a training step runs itself (an all-reduce of gradients, the optimizer)
-    and those autograd runs for `loss.backward()` had no line. Those keep the frames from the
-    traced callable on: the step's line, or the line in a custom autograd function's
-    `backward`. Stacks through a `forward` are kept as FX keeps them."""
+    make_fx keeps only the frames named `forward`, and none when there is no such frame. So
+    an op in a user's helper function or forward hook (an all-reduce a hook runs on the
+    module's output) was placed at the `forward` line that called the module, and the ops a
+    training step runs itself (an all-reduce of gradients, the optimizer) and those autograd
+    runs for `loss.backward()` had no line. Every op keeps, from the traced callable on, the
+    frames of code outside installed packages (the hook's line, the helper's, the step's)
+    and, inside them, the `forward` frames FX keeps: a library's own hooks and helpers
+    (transformers' tensor-parallel hooks) stay out, the model code's line stays the one
+    reported. A stack through no `forward` keeps every frame outside the tracer (the line in
+    a custom autograd function's `backward`)."""
     from torch.fx.proxy import TracerBase
 
-    from scalify.frontends.frames import is_machinery
+    from scalify.frontends.frames import is_installed, is_machinery
 
     original = TracerBase._filter_traceback_frames
 
     def kept(self, summary):
         frames = list(summary)
-        if any(f.name == "forward" for f in frames):
-            return original(self, summary)
         start = next(
             (i for i, f in enumerate(frames) if f.name == "leaves" and f.filename == __file__),
             None,
         )
-        program = frames[start + 1 :] if start is not None else []
-        if not any(not is_machinery(f.filename) for f in program):
+        outside = frames[start + 1 :] if start is not None else []
+        program = [f for f in outside if not is_machinery(f.filename)]
+        if not program:
             return original(self, summary)  # only torch's own frames: no line to give
+        if any(f.name == "forward" for f in frames):
+            program = [f for f in program if f.name == "forward" or not is_installed(f.filename)]
         return traceback.StackSummary.from_list(program)
 
     TracerBase._filter_traceback_frames = kept

@@ -40,8 +40,8 @@ stay unproved rather than being assumed right.
 Placeholders become parameters named by the placeholder's name, with the `p_` / `b_` /
 `c_` prefixes of `torch.export` stripped so that a baseline and a distributed program of
 modules with the same parameter names pair up. Source locations come from
-`node.meta["stack_trace"]`: the innermost frame outside torch, site-packages and the
-standard library. An op with no mapping becomes `opaque` with `hlo_op` = `aten.<name>`.
+`node.meta["stack_trace"]`, the frame chosen by `frames.pick_location`. An op with no
+mapping becomes `opaque` with `hlo_op` = `aten.<name>`.
 """
 
 from __future__ import annotations

@@ -186,6 +186,8 @@ def _suspect(rank: int, s: Suspect, roots: list[Path]) -> str:
         )
     if s.called_from:
         facts.append(("called from", f'<code class="where">{escape(s.called_from)}</code>'))
+    if s.via:
+        facts.append(("via", f'<code class="where">{escape(s.via)}</code>'))
     operands = "".join(f"<li>{_code_spans(o)}</li>" for o in s.operands)
     return (
         f'<section class="suspect" id="suspect-{rank}">'

@@ -72,6 +72,9 @@ class Suspect:
     second: Site | None = None
     # `called_from` as (file, line): the call that passed this op's function its operands
     caller: tuple[str, int] | None = None
+    # when the line is the user's code a library called back (a Keras layer's `call`): the
+    # library's line that made the op (Keras's backend `einsum`)
+    via: str = ""
 
     def sites(self) -> list[tuple[str, int]]:
         """The suspect's lines, its own first: a bug fixed at any is this suspect's (the

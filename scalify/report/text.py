@@ -26,6 +26,8 @@ def render_text(report: Report) -> str:
             lines.append(f"  {i}. {where}{func}: {s.op} `{s.node}`")
             if s.called_from:
                 lines.append(f"     called from {s.called_from}")
+            if s.via:
+                lines.append(f"     via {s.via}")
             lines.append(f"     {s.reason}")
             if s.second is not None:
                 at = f"{s.second.file}:{s.second.line}" if s.second.file else "(no location)"
