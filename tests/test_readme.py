@@ -38,11 +38,13 @@ def test_the_first_command_proves_the_bundled_example() -> None:
 
 
 def test_ci_runs_the_readme_commands_as_a_newcomer() -> None:
+    """CI's first step runs both commands as the README writes them (the second is the
+    whole suite); the full run then adds only what needs the optional frameworks."""
     run = (CI / "run").read_text()
     newcomer = (CI / "newcomer").read_text()
-    assert ".ci/newcomer" in run
+    assert run.index(".ci/newcomer") < run.index('-e ".[dev,real]"')
     assert "readme_commands.py" in newcomer and 'bash -c "$command"' in newcomer
-    # the full run ends with the README's test command, as written there
+    assert "PYTEST_ADDOPTS" not in newcomer  # verbatim: nothing narrows the suite
     test_command = _setup_commands()[1].split("&&")[-1].strip()
     assert shlex.split(test_command) == ["python", "-m", "pytest", "-q"]
-    assert test_command in run
+    assert f"{test_command} tests/real" in run
