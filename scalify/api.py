@@ -86,6 +86,20 @@ def _placement_layouts(placed: list[Any], dist: Any, mesh: Mesh) -> dict[int, st
     return {i: layout for i, layout in enumerate(layouts) if layout}
 
 
+def _weights(gm: Any) -> dict[str, Any]:
+    """Name -> value of a traced program's weights (its parameters and buffers, as its
+    graph names its inputs), for checking inferred layouts against them."""
+    import itertools
+
+    found = {}
+    for name, tensor in itertools.chain(gm.named_parameters(), gm.named_buffers()):
+        local = (tensor.to_local() if hasattr(tensor, "to_local") else tensor).detach().cpu()
+        if local.is_complex():
+            continue  # complex tables (RoPE as a rotation) are not compared
+        found[name] = (local.float() if local.is_floating_point() else local).numpy()
+    return found
+
+
 def check_equivalent(
     baseline_fn: Callable[..., Any],
     parallel_fn: Callable[..., Any],
@@ -120,6 +134,7 @@ def check_equivalent(
     from scalify.compiler.compile import compile_rule_dir
     from scalify.frontends.custom_calls import expand_custom_calls
     from scalify.frontends.fx import graph_from_fx
+    from scalify.simulate.input_values import InputValues
     from scalify.verify import verify_graphs
 
     chosen = _mesh_of(mesh)
@@ -142,7 +157,8 @@ def check_equivalent(
     dist.input_layouts = _weight_layouts(traced.meta.get("input_placements", {}), chosen)
     dist.output_inputs = dict(traced.meta.get("output_inputs", {}))
     given = _given_relations(relations, infer_outputs=parallel_inputs is not None)
-    return verify_graphs(base, dist, compiled, chosen, given)
+    values = InputValues(_weights(base_gm), _weights(traced))  # this process is device 0
+    return verify_graphs(base, dist, compiled, chosen, given, values=values)
 
 
 def assert_equivalent(

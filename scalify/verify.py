@@ -92,6 +92,7 @@ from scalify.report.neighbourhood import neighbourhood
 from scalify.report.numeric_frontier import read_numbers
 from scalify.report.view_parting import with_view_partings
 from scalify.simulate import NotSimulable, simulate
+from scalify.simulate.input_values import InputValues, ValueCheck, check_input_values
 
 # Graphs below this size are proved whole; partitioning pays off on deep stacks.
 PARTITION_MIN_NODES = 400
@@ -158,10 +159,18 @@ def verify_graphs(
     given: RelationsFile | None = None,
     limits: Limits | None = None,
     timings: dict[str, float] | None = None,
+    values: InputValues | None = None,
 ) -> Report:
+    """Prove `dist` equal to `base`. With `values` (the inputs' values in both programs, as
+    the Python API holds them), every layout Scalify infers is checked against them first."""
     limits = limits or Limits()
     timings = dict(timings or {})
     inputs = inferred_input_relations(base, dist, mesh, given)
+    checked = ValueCheck(inputs)
+    if values is not None:
+        plain = input_relations(base, dist, mesh, given)
+        checked = check_input_values(inputs, plain, base, dist, mesh, values)
+        inputs = checked.relations
     if inherit_assumed_ranges(base, dist, inputs):
         dist = canonicalize(dist)  # the distributed graph's lookup guards fold now too
     outputs = output_relations(base, dist, mesh, given, inputs)
@@ -171,7 +180,7 @@ def verify_graphs(
     proof, results, suspects, definite = _prove_and_decide(
         base, dist, rules, mesh, inputs, outputs, limits
     )
-    notes = []
+    notes = list(checked.notes)
     if not all(r.ok for r in results) and (lifted := lift_chunk_axis(dist, mesh)):
         # A dim of independent chunks reduced across: prove it as a mesh axis (chunk_axes.py).
         tried = _prove_and_decide(base, lifted.graph, rules, lifted.mesh, inputs, outputs, limits)
@@ -186,7 +195,13 @@ def verify_graphs(
     timings["prove"] = time.perf_counter() - start
 
     counterexample = ""
-    if all(r.ok for r in results):
+    if all(r.ok for r in results) and checked.contradicted:
+        verdict = UNKNOWN  # proved only under a layout the values contradict
+        notes.append(
+            f"proved only under the inferred layouts of {', '.join(checked.contradicted)}, "
+            "which the values contradict: the proof does not hold for the values given"
+        )
+    elif all(r.ok for r in results):
         verdict = EQUIVALENT
     else:
         start = time.perf_counter()
@@ -207,7 +222,7 @@ def verify_graphs(
         notes.append(f"opaque ops (no semantics, matched only to themselves): {', '.join(opaque)}")
     if custom := undeclared_note(opaque_nodes):
         notes.append(custom)
-    if verdict == UNKNOWN and not stats.limit:
+    if verdict == UNKNOWN and not stats.limit and not checked.contradicted:
         notes.append(
             "not proved, and no counterexample: a rule may be missing "
             "(see docs/how-to/write-a-rule.md)"
