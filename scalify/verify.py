@@ -194,7 +194,7 @@ def verify_graphs(
     stats = proof.stats
     timings["prove"] = time.perf_counter() - start
 
-    counterexample = ""
+    counterexample, refuted_by = "", ""
     if all(r.ok for r in results) and checked.contradicted:
         verdict = UNKNOWN  # proved only under a layout the values contradict
         notes.append(
@@ -213,6 +213,15 @@ def verify_graphs(
         timings["simulate"] = time.perf_counter() - start
         if note:
             notes.append(note)
+        if verdict == NOT_EQUIVALENT and not counterexample:
+            refuted_by = _refutation(proof, outputs, results)
+            if not refuted_by:  # a known bug's pattern is a lead, not a witness
+                verdict = UNKNOWN
+                notes.append(
+                    "the first suspect has the pattern of a known bug, but no witness: no "
+                    "counterexample (see above) and no refutation by the rules, so the "
+                    "verdict is unknown, not not_equivalent"
+                )
     if stats.limit:
         notes.append(f"saturation stopped early: {stats.limit}; the verdict may be incomplete")
     notes += assumption_notes(base, dist)
@@ -259,6 +268,7 @@ def verify_graphs(
         },
         notes=notes,
         counterexample=counterexample,
+        refuted_by=refuted_by,
     )
 
 
@@ -300,6 +310,17 @@ def _explains_more(lifted, plain) -> bool:
     if plain_definite:
         return False  # the plain proof already names a known bug: no guess needed
     return len(lifted_proof.relations) >= len(plain_proof.relations)
+
+
+def _refutation(proof, outputs: list[Relation], results) -> str:
+    """A witness from the rules that the graphs differ, without numbers: an output the
+    e-graph proved to be exactly n times its baseline value (n > 1), which it can equal
+    only where that value is zero."""
+    for index, (rel, result) in enumerate(zip(outputs, results, strict=False)):
+        n = proof.scaled.get(rel.dist_id)
+        if not result.ok and n:
+            return f"the rules prove output {index} is exactly {n}x its baseline value"
+    return ""
 
 
 def _refine(base, dist, mesh, inputs, outputs, definite: bool, limits: Limits):

@@ -305,6 +305,8 @@ def _picture_table(hood: Neighbourhood) -> str:
 
 
 def _counterexample(report: Report) -> str:
+    if report.refuted_by and not report.counterexample:
+        return f'<h2>Refuted by the rules</h2>\n<p id="refuted-by">{escape(report.refuted_by)}</p>'
     if not report.counterexample:
         return ""
     return (

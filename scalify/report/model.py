@@ -108,6 +108,9 @@ class Report:
     stats: dict[str, Any]
     notes: list[str] = field(default_factory=list)
     counterexample: str = ""
+    # a not_equivalent verdict's witness when no counterexample could be run: the rules'
+    # refutation (not_equivalent is given with one or the other, never neither)
+    refuted_by: str = ""
 
     @property
     def exit_code(self) -> int:

@@ -66,6 +66,7 @@ def render_sarif(report: Report) -> str:
                     "verdict": report.verdict,
                     "mesh": report.mesh,
                     "counterexample": report.counterexample,
+                    "refuted_by": report.refuted_by,
                 },
                 "results": results,
             }

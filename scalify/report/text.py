@@ -43,6 +43,8 @@ def render_text(report: Report) -> str:
                 )
     if report.counterexample:
         lines.append(f"counterexample: {report.counterexample}")
+    if report.refuted_by:
+        lines.append(f"refuted by: {report.refuted_by}")
     lines += [f"note: {n}" for n in report.notes]
     st = report.stats
     secs = ", ".join(f"{k} {v:.3f}s" for k, v in st["seconds"].items())
