@@ -19,6 +19,25 @@ REPO = Path(__file__).resolve().parents[1]
 MLP = REPO / "examples" / "mlp"
 
 
+@pytest.fixture(autouse=True)
+def _every_not_equivalent_has_a_witness(monkeypatch):
+    """Over every verification the suite runs (the stored real pairs, the corpus, the
+    examples, the API's): a `not_equivalent` verdict carries a counterexample or a
+    refutation by the rules, never neither."""
+    import scalify.verify as verify_module
+
+    original = verify_module.verify_graphs
+
+    def checked(*args, **kwargs):
+        report = original(*args, **kwargs)
+        assert report.verdict != "not_equivalent" or report.counterexample or report.refuted_by, (
+            f"not_equivalent without a witness: {report.suspects[:1]}"
+        )
+        return report
+
+    monkeypatch.setattr(verify_module, "verify_graphs", checked)
+
+
 @dataclass
 class CliResult:
     code: int
