@@ -104,3 +104,16 @@ def test_the_report_prints_both_chains_where_they_part(cli, tmp_path):
     assert "they give [i, k%2, j, k/2]" in reason, reason
     assert "the baseline's views of `dot_general.6` give [i, k/8, j, k%8]" in reason, reason
     assert "i, j, k indexing its dims [2, 8, 64]" in reason, reason
+
+
+def test_a_reason_never_compares_two_equal_forms(cli, tmp_path, monkeypatch):
+    """Where both chains read as one expression, no parting is claimed: a reason that said
+    "they give F, where the baseline's views give F" helped no one (real Neuron pairs had
+    it, with a definite verdict and no witness)."""
+    import scalify.report.view_parting as view_parting
+
+    monkeypatch.setattr(view_parting, "_expression", lambda *args: "[i, j, k]")
+    out = export_example(REPO / "examples" / "attention_views" / "export.py", tmp_path,
+                         "--tp", "4")  # fmt: skip
+    _, report = verify(cli, out, "tp_split_wrong_factor")
+    assert not any("part from the baseline" in s["reason"] for s in report["suspects"])

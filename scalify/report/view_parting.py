@@ -72,6 +72,8 @@ def _parting(f: Finding, dist: Graph, base: Graph, proven: Proven, mesh: Mesh):
         names = _dim_names(base.node(base_id))
         mine = _expression(dist_atoms, scale, names)
         theirs = _expression(base_atoms, {}, names)
+        if mine == theirs:
+            return None  # no parting a reader could see: the frontier's own reason stands
         reason = (
             f"the views from `{source.name}` part from the baseline's here: they give "
             f"{mine}, where the baseline's views of `{base.node(base_id).name}` give {theirs} "
