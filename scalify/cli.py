@@ -189,13 +189,15 @@ def _verify(args: argparse.Namespace) -> int:
 
 def _simulate(args: argparse.Namespace) -> int:
     from scalify.frontends import load_graph
-    from scalify.relations import output_relations, read_relations_file
+    from scalify.relations import bind_unpaired_inputs, output_relations, read_relations_file
     from scalify.simulate import NotSimulable, simulate
     from scalify.verify import choose_mesh, inferred_input_relations
 
     base, dist = load_graph(args.baseline), load_graph(args.distributed)
     given = read_relations_file(args.relations) if args.relations else None
     mesh = choose_mesh(args.mesh, dist, given)
+    bound = bind_unpaired_inputs(base, dist, mesh, given)
+    base, dist, given = bound.base, bound.dist, bound.given
     inputs = inferred_input_relations(base, dist, mesh, given)
     outputs = output_relations(base, dist, mesh, given, inputs)
     try:

@@ -96,6 +96,9 @@ class Graph:
     input_layouts: dict[str, tuple[str, tuple[int, ...]]] = field(default_factory=dict)
     mesh_hint: dict[str, int] = field(default_factory=dict)
     num_partitions: int | None = None
+    # input name -> the parameter the loader dropped because no output reads it (kept aside:
+    # the other graph may read an input of that name, and they then pair)
+    unread_inputs: dict[str, Node] = field(default_factory=dict)
     # Pairs of nodes that compute the same value in two forms (see canonicalize.py); both
     # forms go into the e-graph, unioned.
     equalities: list[tuple[int, int]] = field(default_factory=list)

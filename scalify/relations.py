@@ -7,16 +7,20 @@ the mesh. Every relation records where it came from, and the report prints them 
 
 from __future__ import annotations
 
+import copy
 import itertools
 import json
 import math
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from scalify.errors import ScalifyError
-from scalify.ir import Graph, TileSharding
+from scalify.ir import Graph, NewNodes, Node, TileSharding, replace_nodes
 from scalify.layout import REPLICATE, Layout, Placement, layout_str, local_shape, parse_layout
 from scalify.mesh import Mesh
+from scalify.ops.coordinate_form import device_coordinate
+from scalify.values import dtype_class
 
 
 @dataclass(frozen=True)
@@ -107,6 +111,279 @@ def read_relations_file(path: str) -> RelationsFile:
     return RelationsFile(path, data.get("mesh"), dict(data.get("inputs", {})), outputs)
 
 
+# An input only the distributed graph has, declared by what it holds on each device: the
+# device's row-major id (`device_id`), its coordinate on one mesh axis (`device_id(AXIS)`),
+# one value on every device (`constant(V)`), or one value per device id (`per_device([...])`).
+DEVICE_VALUE_KINDS = ("device_id", "constant", "per_device")
+DEVICE_VALUE_FORMS = "device_id, device_id(AXIS), constant(V) or per_device([V0, V1, ...])"
+_DEVICE_VALUE_RE = re.compile(rf"\s*({'|'.join(DEVICE_VALUE_KINDS)})\s*(?:\((.*)\))?\s*", re.S)
+_NUMBER_RE = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?|[-+]?inf|nan|true|false")
+
+
+@dataclass(frozen=True)
+class DeviceValue:
+    """What a declared input holds on each device."""
+
+    kind: str  # device_id, constant or per_device
+    axis: str | None = None  # device_id(AXIS): the coordinate on this axis
+    values: tuple[str, ...] = ()  # constant: one literal; per_device: one per device id
+
+    def describe(self, mesh: Mesh) -> str:
+        if self.kind == "device_id" and self.axis:
+            return f"the device's coordinate on mesh axis {self.axis}"
+        if self.kind == "device_id":
+            return f"the device's row-major id on mesh {mesh}"
+        if self.kind == "constant":
+            return f"{self.values[0]} on every device"
+        return f"[{', '.join(self.values)}] on devices 0 to {len(self.values) - 1}"
+
+
+@dataclass(frozen=True)
+class BoundInputs:
+    """The graphs with declared device inputs replaced by what they hold and unread inputs
+    given back, the relations file without the declarations, and one note per input so
+    bound (the report's assumptions)."""
+
+    base: Graph
+    dist: Graph
+    given: RelationsFile | None
+    notes: list[str]
+
+
+def parse_device_value(text: str, mesh: Mesh, where: str) -> DeviceValue | None:
+    """The declaration `text` spells, or None when it is not one (a layout, then)."""
+    m = _DEVICE_VALUE_RE.fullmatch(text)
+    if m is None:
+        return None
+    kind, arg = m.group(1), m.group(2)
+    arg = None if arg is None else arg.strip()
+    if kind == "device_id" and not arg:
+        return DeviceValue(kind)
+    if kind == "device_id":
+        if arg not in mesh.names:
+            raise ScalifyError(
+                f"bad declaration '{text}': axis '{arg}' is not in mesh {mesh}",
+                where,
+            )
+        return DeviceValue(kind, arg)
+    if kind == "constant" and arg and _NUMBER_RE.fullmatch(arg):
+        return DeviceValue(kind, values=(arg,))
+    if kind == "per_device" and arg and arg.startswith("[") and arg.endswith("]"):
+        values = tuple(v.strip() for v in arg[1:-1].split(","))
+        if all(_NUMBER_RE.fullmatch(v) for v in values):
+            if len(values) != mesh.size:
+                raise ScalifyError(
+                    f"bad declaration '{text}': {len(values)} values, but mesh {mesh} has "
+                    f"{mesh.size} devices (one value per device id, in row-major order)",
+                    where,
+                )
+            return DeviceValue(kind, values=values)
+    raise ScalifyError(f"bad declaration '{text}': expected {DEVICE_VALUE_FORMS}", where)
+
+
+def _check_holds(value: DeviceValue, node: Node, mesh: Mesh, text: str, where: str) -> None:
+    """The input's dtype can hold the declared values: an id or an integer literal in an
+    integer or float input, true or false in a pred."""
+    spelled = f"{node.dtype}{list(node.shape)}"
+    if node.dtype == "pred":
+        if value.kind == "device_id" or any(v not in ("true", "false") for v in value.values):
+            raise ScalifyError(
+                f"bad declaration '{text}': the input is {spelled}, which holds true or false; "
+                "expected constant(true|false) or per_device([true|false, ...])",
+                where,
+            )
+        return
+    if dtype_class(node.dtype) == "int":
+        if any(not re.fullmatch(r"[-+]?\d+", v) for v in value.values):
+            raise ScalifyError(
+                f"bad declaration '{text}': the input is {spelled}, an integer type; expected "
+                "integer values",
+                where,
+            )
+        bits = int(node.dtype[1:]) if re.fullmatch(r"[su]\d+", node.dtype) else 64
+        signed = node.dtype[0] != "u"
+        low, high = (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1) if signed else (0, 2**bits - 1)
+        held = [int(v) for v in value.values] or [0, mesh.size - 1]  # a device id: 0..n-1
+        if not all(low <= v <= high for v in held):
+            raise ScalifyError(
+                f"bad declaration '{text}': the input is {spelled}, which holds {low} to "
+                f"{high}; expected values in that range",
+                where,
+            )
+    if any(v in ("true", "false") for v in value.values):
+        raise ScalifyError(
+            f"bad declaration '{text}': the input is {spelled}, not pred; expected numbers",
+            where,
+        )
+
+
+def _device_value_nodes(value: DeviceValue, like: Node, mesh: Mesh, next_id: int) -> list[Node]:
+    """The ops that compute `value` on each device, as the frontends write a device's index
+    (partition-id, converted; `device_coordinate` for one axis), broadcast to `like`'s
+    shape: the program then reads its device's value as if it computed it."""
+    new = NewNodes(like, next_id)
+    dtype = like.dtype
+    if value.kind == "constant":
+        last = new.add("constant", (), (), dtype, {"value": value.values[0]})
+    elif value.kind == "device_id" and value.axis:
+        size, stride = mesh.axis_size(value.axis), mesh.stride(value.axis)
+        last = device_coordinate(new.add, size, stride, dtype)
+    else:
+        pid = new.add("rank_index", (), (), "u32", {"kind": "partition"})
+        if value.kind == "per_device":
+            text = "{" + ",".join(value.values) + "}"
+            table = new.add("constant", (), (len(value.values),), dtype, {"value": text})
+            one = new.add("dynamic_slice", (table, pid), (1,), dtype, {"sizes": (1,)})
+            last = new.add("reshape", (one,), (), dtype, {})
+        else:
+            last = (
+                new.add("convert", (pid,), (), dtype, {"dtype": dtype}) if dtype != "u32" else pid
+            )
+    if like.shape:
+        new.add("broadcast", (last,), like.shape, dtype, {"dims": ()})
+    return new.nodes
+
+
+def bind_unpaired_inputs(
+    base: Graph, dist: Graph, mesh: Mesh, given: RelationsFile | None
+) -> BoundInputs:
+    """Give every input only one graph has its meaning, so that the rest pair. A distributed
+    input the relations file declares as a device value (`device_id`, `constant(V)`, ...)
+    is replaced by the ops that compute that value: the proof and the numeric run then see
+    a program they understand. An input one program declares but never reads (its loader
+    drops it) while the other reads it is given back, unread, to pair with: the verdict
+    then says whether reading it matters. The graphs are copied, not edited."""
+    declared = _device_values(base, dist, mesh, given)
+    names = {i: dist.input_name(i) for i in dist.inputs}
+    notes = [
+        f'assumed: input `{names[i]}` holds {value.describe(mesh)} (relations file: "{text}")'
+        for i, (text, value) in declared.items()
+    ]
+    if declared:
+        dist = _with_device_values(dist, declared, mesh)
+        assert given is not None  # declarations come from it
+        kept = {n: t for n, t in given.inputs.items() if n not in {names[i] for i in declared}}
+        given = replace(given, inputs=kept)
+    base, dist, kept_notes = _with_unread_inputs(base, dist)
+    return BoundInputs(base, dist, given, notes + kept_notes)
+
+
+def _with_unread_inputs(base: Graph, dist: Graph) -> tuple[Graph, Graph, list[str]]:
+    """Both graphs, each given back the inputs its loader dropped as unread that the other
+    graph has by name (and reads), with one note per input so kept."""
+    notes: list[str] = []
+    graphs = {"baseline": base, "distributed": dist}
+    for side, other in (("baseline", "distributed"), ("distributed", "baseline")):
+        graph, names = graphs[side], {graphs[side].input_name(i) for i in graphs[side].inputs}
+        unread = [
+            n
+            for n in (graphs[other].input_name(i) for i in graphs[other].inputs)
+            if n not in names and n in graph.unread_inputs
+        ]
+        if unread:
+            graphs[side] = _with_inputs_back(graph, unread)
+            notes += [
+                f"the {side} graph declares input `{n}` but never reads it; it is kept to "
+                f"pair with the {other} graph's, which reads it"
+                for n in unread
+            ]
+    return graphs["baseline"], graphs["distributed"], notes
+
+
+def _device_values(
+    base: Graph, dist: Graph, mesh: Mesh, given: RelationsFile | None
+) -> dict[int, tuple[str, DeviceValue]]:
+    """Distributed input id -> (text, value) for each input the relations file declares as
+    a device value; a declaration that cannot hold is an error."""
+    if given is None:
+        return {}
+    by_name = {dist.input_name(i): i for i in dist.inputs}
+    base_names = {base.input_name(i) for i in base.inputs}
+    declared: dict[int, tuple[str, DeviceValue]] = {}
+    for name, text in given.inputs.items():
+        where = f"{given.path}: input {name}"
+        value = parse_device_value(text, mesh, where)
+        if value is None:
+            _check_layout_entry(base, dist, name, text, base_names, where)
+            continue
+        if name not in by_name:
+            continue  # input_relations names the inputs the graph does not have
+        if name in base_names:
+            raise ScalifyError(
+                f"'{text}' declares what an input only the distributed graph has holds, but "
+                f"the baseline has an input `{name}` too",
+                where,
+                notes=['relate an input both graphs have by a layout, such as "replicate"'],
+            )
+        _check_holds(value, dist.node(by_name[name]), mesh, text, where)
+        declared[by_name[name]] = (text, value)
+    return declared
+
+
+def _with_device_values(
+    dist: Graph, declared: dict[int, tuple[str, DeviceValue]], mesh: Mesh
+) -> Graph:
+    """A copy of `dist` whose declared inputs are the ops computing their values,
+    canonicalised again (a device id feeds the folds of offsets and tables)."""
+    from scalify.canon.canonicalize import canonicalize
+
+    dist = copy.deepcopy(dist)
+    dist.derived.clear()
+
+    def rewrite(node: Node, next_id: int) -> list[Node]:
+        if node.id not in declared:
+            return []
+        return _device_value_nodes(declared[node.id][1], node, mesh, next_id)
+
+    replace_nodes(dist, rewrite)
+    dist.inputs = [i for i in dist.inputs if i not in declared]
+    dist.input_shardings = {i: s for i, s in dist.input_shardings.items() if i not in declared}
+    if not dist.num_partitions and mesh.size > 1:
+        dist.num_partitions = mesh.size  # a device id lies below it (lookup guards fold)
+    return canonicalize(dist)
+
+
+def _with_inputs_back(base: Graph, names: list[str]) -> Graph:
+    """A copy of `base` with the parameters `names` its loader dropped as unread given
+    back, in parameter order, so that they pair by name with the other graph's."""
+    base = copy.deepcopy(base)
+    base.derived.clear()
+    next_id = max(base.nodes, default=-1) + 1
+    added = {}
+    for offset, name in enumerate(names):
+        node = replace(base.unread_inputs.pop(name), id=next_id + offset)
+        added[node.id] = node
+    base.nodes = {**added, **base.nodes}  # parameters first: the order stays topological
+
+    def order(i: int) -> tuple:
+        attrs = base.node(i).attrs
+        return (attrs.get("index", 0), attrs.get("tuple_index", ()))
+
+    base.inputs = sorted([*base.inputs, *added], key=order)
+    return base
+
+
+def _check_layout_entry(
+    base: Graph, dist: Graph, name: str, text: str, base_names: set[str], where: str
+) -> None:
+    """An entry that is no device value, for an input only the distributed graph has (by
+    name, where the baseline has fewer inputs): a layout cannot relate it to anything, so
+    the error says what such an input's entry must be."""
+    if (
+        name in base_names
+        or name in base.unread_inputs
+        or len(dist.inputs) <= len(base.inputs)
+        or name not in {dist.input_name(i) for i in dist.inputs}
+    ):
+        return
+    raise ScalifyError(
+        f"bad declaration '{text}': `{name}` is an input only the distributed graph has, so "
+        f"its entry says what it holds on each device: expected {DEVICE_VALUE_FORMS}",
+        where,
+        notes=["see docs/reference/relations.md#inputs-only-the-distributed-graph-has"],
+    )
+
+
 def _pairing_name(graph: Graph, node_id: int) -> str:
     """The name an input pairs by: its own, unless the frontend gave it a distinct name only
     to tell apart inputs whose names repeat (XLA's `param`, `param.1`, ...): those pair by
@@ -129,7 +406,7 @@ def _unpaired_inputs(
     base: Graph, dist: Graph, base_names: set[str], dist_names: set[str]
 ) -> ScalifyError:
     """Inputs that pair neither by name nor by position, named one by one: the input only
-    one graph has is what the user must act on, and no relations file can declare it."""
+    one graph has is what the user must act on, with the declaration that would pair it."""
     only_dist = [
         dist.input_name(i) for i in dist.inputs if _pairing_name(dist, i) not in base_names
     ]
@@ -152,14 +429,31 @@ def _unpaired_inputs(
         notes=[
             f"baseline inputs: {', '.join(base.input_name(i) for i in base.inputs)}",
             f"distributed inputs: {', '.join(dist.input_name(i) for i in dist.inputs)}",
-            "an input that no output depends on is dropped, so both programs must read "
-            "every input they share",
-            "a relations file relates each distributed input to a baseline input and "
-            "cannot declare one that only one graph has: compute a per-device value such "
-            "as a rank inside the program (partition-id, jax.lax.axis_index), or give the "
-            "baseline the same input",
+            "an input that no output depends on is dropped, unless the other graph has an "
+            "input of its name",
+            *_declaration_hint(dist, only_dist),
         ],
     )
+
+
+def _declaration_hint(dist: Graph, names: list[str]) -> list[str]:
+    """The relations file entry that would pair the distributed graph's extra inputs: an
+    integer one most likely holds the device's index, any other a value the program is
+    given (whose V the user knows)."""
+    if not names:
+        return []
+    dtypes = {dist.input_name(i): dist.node(i).dtype for i in dist.inputs}
+    entries = {
+        n: "device_id" if dtype_class(dtypes.get(n, "")) == "int" else "constant(V)" for n in names
+    }
+    one = len(names) == 1
+    return [
+        f"to pair {'it' if one else 'them'}, declare what {'it holds' if one else 'they hold'} "
+        f"on each device in the --relations file, e.g. {json.dumps({'inputs': entries})}",
+        '"device_id": the device\'s row-major id on the mesh; "device_id(AXIS)": its '
+        'coordinate on mesh axis AXIS; "constant(V)": V on every device; '
+        '"per_device([V0, V1, ...])": V0 on device 0, V1 on device 1, ...',
+    ]
 
 
 def _lacking(side: str, other: str, names: list[str]) -> str:

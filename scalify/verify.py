@@ -67,6 +67,7 @@ from scalify.ops.structural import is_elided
 from scalify.relations import (
     Relation,
     RelationsFile,
+    bind_unpaired_inputs,
     input_relations,
     output_relations,
     read_relations_file,
@@ -165,6 +166,8 @@ def verify_graphs(
     the Python API holds them), every layout Scalify infers is checked against them first."""
     limits = limits or Limits()
     timings = dict(timings or {})
+    bound = bind_unpaired_inputs(base, dist, mesh, given)  # inputs only one graph has
+    base, dist, given = bound.base, bound.dist, bound.given
     inputs = inferred_input_relations(base, dist, mesh, given)
     checked = ValueCheck(inputs)
     if values is not None:
@@ -180,7 +183,7 @@ def verify_graphs(
     proof, results, suspects, definite = _prove_and_decide(
         base, dist, rules, mesh, inputs, outputs, limits
     )
-    notes = list(checked.notes)
+    notes = bound.notes + checked.notes
     if not all(r.ok for r in results) and (lifted := lift_chunk_axis(dist, mesh)):
         # A dim of independent chunks reduced across: prove it as a mesh axis (chunk_axes.py).
         tried = _prove_and_decide(base, lifted.graph, rules, lifted.mesh, inputs, outputs, limits)

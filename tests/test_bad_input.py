@@ -237,7 +237,7 @@ def test_a_permute_whose_pairs_cannot_be_read_is_refused(cli, tmp_path, pairs, m
 
 def test_an_input_only_the_distributed_graph_has_is_named(cli, tmp_path):
     """A per-device rank passed as an argument: the error names that input, not just the
-    counts, and says a relations file cannot declare it."""
+    counts, and gives the relations file entry that would declare it."""
     base, dist = tmp_path / "base.hlo", tmp_path / "dist.hlo"
     params = '  x = f32[8] parameter(0), metadata={op_name="x"}\n'
     base.write_text(f"HloModule base\nENTRY main {{\n{params}  ROOT y = f32[8] negate(x)\n}}\n")
@@ -252,5 +252,5 @@ def test_an_input_only_the_distributed_graph_has_is_named(cli, tmp_path):
         result,
         "dist.hlo: error: the baseline has 1 inputs and the distributed graph has 2; they "
         "cannot be paired: the distributed input `rank` has no baseline input of its name",
-        "cannot declare one that only one graph has",
+        '{"inputs": {"rank": "device_id"}}',
     )

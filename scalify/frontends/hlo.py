@@ -1151,6 +1151,11 @@ class _Lowering:
             output_shardings={remap[k]: v for k, v in output_shardings.items()},
             mesh_hint=self._mesh(),
             num_partitions=self._num_partitions(),
+            unread_inputs={
+                str(self.nodes[old].attrs["name"]): self.nodes[old]
+                for old in self.entry_params
+                if old not in remap
+            },
         )
         return graph
 
