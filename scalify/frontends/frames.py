@@ -118,14 +118,19 @@ def _package(file: str) -> str | None:
 
 def _called_back(model: list[SourceLoc]) -> int | None:
     """The index in `model` (frames outside the tracer, innermost first) of the innermost user
-    frame when the installed package that made the op (`model[0]`'s) also has a frame outside
-    it: that package called the user's code back, as Keras's `Layer.__call__` runs `call()`."""
+    frame when the installed package that made the op (`model[0]`'s) holds every frame
+    inside it and also has a frame outside it: that package called the user's code back, as
+    Keras's `Layer.__call__` runs `call()`, and the user's code called its ops."""
     if package_path(model[0].file) is None:
         return None  # the op was made in the user's code, or in a source checkout's
     user = next((i for i, f in enumerate(model) if not is_installed(f.file)), None)
     if user is None:
         return None
     package = _package(model[0].file)
+    if any(_package(f.file) != package for f in model[:user]):
+        # another library's code stands between the user's line and the op (a library's
+        # model calling a kernel library): that code is the model, not a wrapper
+        return None
     return user if any(_package(f.file) == package for f in model[user + 1 :]) else None
 
 

