@@ -126,7 +126,10 @@ ATTENTION_OUT = {  # where each family's attention makes its output projection's
 @pytest.mark.parametrize("family", list(ATTENTION_OUT))
 def test_plan_entry_bugs_are_caught_at_torchtitan_lines(name, edit, origin, family):
     report = check("spmd_types", family=family, tp=2, plan_edit=edit)
-    assert report.verdict == "not_equivalent"
+    # a witness needs the simulator, which cannot run the MoE families' routing (aten.sort,
+    # aten.scatter_ have no numeric semantics here): there the bug is a lead, not a verdict
+    routed = family in ("qwen3_moe", "deepseek_v3")
+    assert report.verdict == ("unknown" if routed else "not_equivalent")
     first = report.suspects[0]
     file, text = origin(family)
     assert f"{file}:{_line(file, text)}" in first.reason, (name, first.file, first.reason)
