@@ -118,7 +118,20 @@ def _groups(node: Node, mesh: Mesh) -> list[tuple[int, ...]]:
     groups = [tuple(g) for g in node.attrs.get("groups", ())]
     if any(d >= mesh.size for g in groups for d in g):
         raise NotSimulable(f"{node.op} names devices beyond the mesh {mesh}")
-    return groups or [tuple(range(mesh.size))]
+    if not groups:
+        return [tuple(range(mesh.size))]
+    return _completed(groups, mesh)
+
+
+def _completed(groups: list[tuple[int, ...]], mesh: Mesh) -> list[tuple[int, ...]]:
+    """A program traced on one device names only that device's group (rank 0's tp group,
+    say); every device runs the same program with its own group of the same axes, as the
+    rules read it. The groups of the one set of axes whose groups include these, in the
+    same order; the groups as given when they cover every device or no such set exists."""
+    if sorted(d for g in groups for d in g) == list(range(mesh.size)):
+        return groups
+    matches = [axes for axes in mesh._axis_sets if set(groups) <= set(mesh.groups(axes))]
+    return list(mesh.groups(matches[0])) if len(matches) == 1 else groups
 
 
 def _collective(node: Node, values: list[np.ndarray], mesh: Mesh) -> list[np.ndarray]:
