@@ -105,19 +105,22 @@ class _ToAst(Transformer):
         name, *members = children
         return ast.Family(str(name), tuple(str(m) for m in members), self._span(meta))
 
+    def _rule_fields(self, meta, children) -> dict:
+        """What an equality rule and a canonical rule share: name, doc, clauses, span."""
+        parts = dict(children[1:])
+        return {
+            "name": str(children[0]),
+            "doc": _doc_comment(self.lines, meta.line),
+            "match": parts["match"],
+            "where": parts.get("where", ()),
+            "rewrite": parts["rewrite"],
+            "span": self._span(meta),
+            "unfuzzed": parts.get("unfuzzed", ""),
+        }
+
     @v_args(meta=True)
     def rule(self, meta, children) -> ast.Rule:
-        name = children[0]
-        parts = dict(children[1:])
-        return ast.Rule(
-            name=str(name),
-            doc=_doc_comment(self.lines, meta.line),
-            match=parts["match"],
-            where=parts.get("where", ()),
-            rewrite=parts["rewrite"],
-            span=self._span(meta),
-            unfuzzed=parts.get("unfuzzed", ""),
-        )
+        return ast.Rule(**self._rule_fields(meta, children))
 
     def params(self, children: list[Token]) -> tuple:
         return ("params", tuple(ast.Var(str(c), self._span(c)) for c in children))
@@ -127,17 +130,7 @@ class _ToAst(Transformer):
 
     @v_args(meta=True)
     def canon(self, meta, children) -> ast.CanonRule:
-        name = children[0]
-        parts = dict(children[1:])
-        return ast.CanonRule(
-            name=str(name),
-            doc=_doc_comment(self.lines, meta.line),
-            match=parts["match"],
-            where=parts.get("where", ()),
-            rewrite=parts["rewrite"],
-            span=self._span(meta),
-            unfuzzed=parts.get("unfuzzed", ""),
-        )
+        return ast.CanonRule(**self._rule_fields(meta, children))
 
     @v_args(meta=True)
     def custom_call(self, meta, children) -> ast.CustomCallDecl:
