@@ -611,14 +611,10 @@ def frontier(
     `replicated` nodes (the same on every device, computable from baseline values) count as
     related: a relayout of a replicated constant is not where a bug starts. Callers retry with
     an empty set when that finds nothing, so a replicated value that differs from the
-    baseline is still localised. A replicated value computed from an unrelated one (an
-    all-reduce of a wrong partial sum, the residual stream after it) is no such constant:
-    it is unrelated, so a bug in an early layer is found there, not where a later layer
-    first slices the wrong stream."""
+    baseline is still localised."""
     findings = []
     fused = frozenset(_judged_by_pieces(dist, proven, replicated))
     replicated = replicated | fused
-    replicated = replicated - _replicated_from_unrelated(dist, proven, replicated)
     needed = _feeding_outputs(dist, lambda n: related(n, dist, proven, replicated))
     for node in dist.nodes.values():
         if node.op == "parameter" or node.id not in needed:
@@ -893,24 +889,15 @@ def _upstream_frontier(
     all related: where the value `node` collects went wrong. None when its operands are."""
 
     def unrelated(i: int) -> bool:
-        # related as the frontier reads it: the device's index and arithmetic on it alone
-        # are legitimate SPMD values, so the walk stops there rather than blaming the
-        # partition-id (which has no source line) for what a later op did with data
-        return dist.node(i).op != "parameter" and not related(i, dist, proven, replicated)
+        n = dist.node(i)
+        return (
+            i not in proven
+            and i not in replicated
+            and n.op != "parameter"
+            and not _is_literal(n, dist)
+        )
 
     return _earliest_root(list(node.operands), dist, unrelated)
-
-
-def _replicated_from_unrelated(dist: Graph, proven: Proven, replicated: set[int]) -> set[int]:
-    """The replicated, unproven nodes that an unproven, unreplicated node feeds (through
-    unproven nodes): the same on every device only because a collective made them so."""
-    tainted: set[int] = set()
-    for node in dist.nodes.values():
-        if node.op == "parameter" or related(node.id, dist, proven, set()):
-            continue
-        if node.id not in replicated or any(o in tainted for o in node.operands):
-            tainted.add(node.id)
-    return tainted & replicated
 
 
 def _first_unproven_replicated(
