@@ -150,3 +150,19 @@ class RuleFile:
     rules: tuple[Rule, ...]
     custom_calls: tuple[CustomCallDecl, ...] = ()
     canon_rules: tuple[CanonRule, ...] = ()
+
+
+def leaves(node) -> list:
+    """The variables and literals written in a clause or value, in source order: what the
+    checks that look for one kind of leaf (decimals, unbound variables) walk."""
+    if isinstance(node, App):
+        return [x for _, value in node.attrs for x in leaves(value)] + [
+            x for arg in node.args for x in leaves(arg)
+        ]
+    if isinstance(node, Relation):
+        return [
+            x for part in (node.dist, node.base, *node.inner, node.layout) for x in leaves(part)
+        ]
+    if isinstance(node, Comparison | Equation):
+        return leaves(node.lhs) + leaves(node.rhs)
+    return [node] if isinstance(node, Var | IntLit | StrLit | DecimalLit) else []

@@ -27,6 +27,7 @@ from .ast import (
     StrLit,
     Value,
     Var,
+    leaves,
 )
 from .signatures import (
     ARITH_FUNCTIONS,
@@ -646,17 +647,7 @@ class ExpressionChecker:
 
 def _decimals_in(node) -> list[DecimalLit]:
     """The decimal literals written anywhere in a clause."""
-    if isinstance(node, DecimalLit):
-        return [node]
-    if isinstance(node, App):
-        found = [d for _, value in node.attrs for d in _decimals_in(value)]
-        return found + [d for arg in node.args for d in _decimals_in(arg)]
-    if isinstance(node, Relation):
-        parts = (node.dist, node.base, *node.inner, node.layout)
-        return [d for part in parts for d in _decimals_in(part)]
-    if isinstance(node, Comparison | Equation):
-        return _decimals_in(node.lhs) + _decimals_in(node.rhs)
-    return []
+    return [leaf for leaf in leaves(node) if isinstance(leaf, DecimalLit)]
 
 
 def check_rule_set(files: list[RuleFile]) -> dict[str, list[RuleInfo]]:

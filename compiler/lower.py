@@ -13,7 +13,7 @@ import itertools
 import re
 from dataclasses import dataclass, field, replace
 
-from .ast import App, Comparison, Equation, IntLit, Membership, Relation, StrLit, Value, Var
+from .ast import App, Comparison, Equation, IntLit, Membership, Relation, StrLit, Value, Var, leaves
 from .check import RuleInfo
 from .signatures import (
     ARITH_FUNCTIONS,
@@ -444,21 +444,11 @@ def _sexp(tokens: list[str]):
 def _vars_in(node) -> list[Var]:
     """The variables written in a clause or value, in source order (constants and
     `replicate` excluded)."""
-    if isinstance(node, Var):
-        if node.name in CONSTANT_NAMES or node.name == "replicate":
-            return []
-        return [node]
-    if isinstance(node, App):
-        attrs = [v for _, value in node.attrs for v in _vars_in(value)]
-        return attrs + [v for arg in node.args for v in _vars_in(arg)]
-    if isinstance(node, Relation):
-        parts = (node.dist, node.base, *node.inner, node.layout)
-        return [v for part in parts for v in _vars_in(part)]
-    if isinstance(node, Comparison):
-        return _vars_in(node.lhs) + _vars_in(node.rhs)
-    if isinstance(node, Equation):
-        return _vars_in(node.lhs) + _vars_in(node.rhs)
-    return []
+    return [
+        leaf
+        for leaf in leaves(node)
+        if isinstance(leaf, Var) and leaf.name not in CONSTANT_NAMES and leaf.name != "replicate"
+    ]
 
 
 def rule_name(egg_rule_name: str) -> str:
