@@ -120,18 +120,22 @@ def _groups(node: Node, mesh: Mesh) -> list[tuple[int, ...]]:
         raise NotSimulable(f"{node.op} names devices beyond the mesh {mesh}")
     if not groups:
         return [tuple(range(mesh.size))]
-    return _completed(groups, mesh)
+    return _completed(node, groups, mesh)
 
 
-def _completed(groups: list[tuple[int, ...]], mesh: Mesh) -> list[tuple[int, ...]]:
+def _completed(node: Node, groups: list[tuple[int, ...]], mesh: Mesh) -> list[tuple[int, ...]]:
     """A program traced on one device names only that device's group (rank 0's tp group,
-    say); every device runs the same program with its own group of the same axes, as the
-    rules read it. The groups of the one set of axes whose groups include these, in the
-    same order; the groups as given when they cover every device or no such set exists."""
+    say); every device runs the same program with its own group of the same axes, read as
+    the rules read it (`Mesh.axes_of_groups`). The groups as given when they cover every
+    device or name no axes."""
     if sorted(d for g in groups for d in g) == list(range(mesh.size)):
         return groups
-    matches = [axes for axes in mesh._axis_sets if set(groups) <= set(mesh.groups(axes))]
-    return list(mesh.groups(matches[0])) if len(matches) == 1 else groups
+    axes = mesh.axes_of_groups(tuple(groups), ordered=node.op != "all_reduce")
+    if axes is None:
+        return groups
+    if "," in axes:
+        return list(mesh.groups(tuple(axes.split(","))))
+    return list(mesh.axis_groups(axes))
 
 
 def _collective(node: Node, values: list[np.ndarray], mesh: Mesh) -> list[np.ndarray]:
