@@ -124,9 +124,15 @@ def departures(loaded: Graph, canonical: Graph, seeds=SEEDS) -> list[Departure] 
     for seed in seeds:
         drawn = _inputs(loaded, canonical, devices, seed)
         try:
-            before, after = _run(loaded, drawn, mesh), _run(canonical, drawn, mesh)
+            before = _run(loaded, drawn, mesh)
         except (NotSimulable, KeyError, ValueError, IndexError, TypeError):
+            return None  # the program as loaded has no numeric reading here: nothing to check
+        try:
+            after = _run(canonical, drawn, mesh)
+        except NotSimulable:
             return None
+        except (KeyError, ValueError, IndexError, TypeError) as err:
+            return [Departure(0, 0, (), "a value", f"no run ({type(err).__name__}: {err})")]
         for output, (was, now) in enumerate(zip(before, after, strict=True)):
             for device, (w, g) in enumerate(zip(was, now, strict=True)):
                 if np.shape(w) != np.shape(g):
