@@ -143,6 +143,19 @@ class CanonRule:
 
 
 @dataclass(frozen=True)
+class LayoutDecl:
+    """`layout NAME(d, a) = INDEX`: a layout kind; device r of the n along axis a holds, at
+    its place i along dim d, the baseline's place INDEX (an index map over i, r, n and size,
+    nested (op, lhs, rhs) tuples as `scalify.layout.IndexMap`)."""
+
+    name: str
+    params: tuple[Var, Var]
+    index: object
+    span: Span
+    names: tuple[Var, ...] = ()  # the names the index map reads, for errors at their column
+
+
+@dataclass(frozen=True)
 class RuleFile:
     path: str
     text: str
@@ -150,6 +163,7 @@ class RuleFile:
     rules: tuple[Rule, ...]
     custom_calls: tuple[CustomCallDecl, ...] = ()
     canon_rules: tuple[CanonRule, ...] = ()
+    layouts: tuple[LayoutDecl, ...] = ()
 
 
 def leaves(node) -> list:

@@ -72,9 +72,15 @@ def error_at(span: Span, text: str, message: str, *notes: str) -> ScalifyError:
 class RuleChecker:
     """Checks one file against the families known across the whole rule set."""
 
-    def __init__(self, rule_file: RuleFile, families: dict[str, Family]) -> None:
+    def __init__(
+        self,
+        rule_file: RuleFile,
+        families: dict[str, Family],
+        layouts: frozenset[str] = frozenset(),
+    ) -> None:
         self.file = rule_file
         self.families = families
+        self.layouts = layouts  # the layout kinds the rule set declares, each (dim, axis)
 
     def fail(self, span: Span, message: str, *notes: str) -> ScalifyError:
         return error_at(span, self.file.text, message, *notes)
@@ -206,11 +212,22 @@ class RuleChecker:
     def _check_layout(self, layout: Value, info: RuleInfo, binding: bool) -> None:
         if isinstance(layout, Var) and layout.name == "replicate":
             return
+        if isinstance(layout, App) and layout.name in self.layouts:
+            if len(layout.args) != 2:
+                raise self.fail(layout.span, f"`{layout.name}` takes 2 arguments: (dim, axis)")
+            self._dim_arg(layout.args[0], info, binding)
+            if binding:
+                self._bind(layout.args[1], AXIS, info)
+            else:
+                self._require_bound(layout.args[1], info, AXIS)
+            return
         if not isinstance(layout, App) or layout.name not in LAYOUTS:
+            declared = "".join(f", {name}(dim, a)" for name in sorted(self.layouts))
             raise self.fail(
                 _span(layout),
                 "expected a layout: replicate, invariant(a), spread(dim, a), shard(dim, a), "
-                "partial(op, a), padded(dim, m, n, zero|any|lowest) or repeated(dim, k, u)",
+                "partial(op, a), padded(dim, m, n, zero|any|lowest), repeated(dim, k, u)"
+                f"{declared} or a kind a `layout` declaration names",
             )
         if len(layout.args) != LAYOUTS[layout.name]:
             raise self.fail(layout.span, f"`{layout.name}` takes {LAYOUTS[layout.name]} arguments")
@@ -650,8 +667,11 @@ def _decimals_in(node) -> list[DecimalLit]:
     return [leaf for leaf in leaves(node) if isinstance(leaf, DecimalLit)]
 
 
-def check_rule_set(files: list[RuleFile]) -> dict[str, list[RuleInfo]]:
-    """Check every file; families are shared across files. Returns infos per file path."""
+def check_rule_set(
+    files: list[RuleFile], layouts: frozenset[str] = frozenset()
+) -> dict[str, list[RuleInfo]]:
+    """Check every file; families and declared layout kinds are shared across files.
+    Returns infos per file path."""
     families: dict[str, Family] = {}
     for rule_file in files:
         for family in rule_file.families:
@@ -670,7 +690,7 @@ def check_rule_set(files: list[RuleFile]) -> dict[str, list[RuleInfo]]:
     seen: dict[str, Rule] = {}
     result: dict[str, list[RuleInfo]] = {}
     for rule_file in files:
-        checker = RuleChecker(rule_file, families)
+        checker = RuleChecker(rule_file, families, layouts)
         infos = []
         for rule in rule_file.rules:
             if rule.name in seen:

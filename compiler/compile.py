@@ -8,11 +8,13 @@ from pathlib import Path
 
 from scalify.errors import ScalifyError, line_of
 from scalify.frontends.custom_calls import CustomCall
+from scalify.layout import IndexMap, index_map_text
 
 from .ast import CanonRule
 from .canon import canon_text, check_canon_rules
 from .check import check_custom_calls, check_rule_set, error_at
 from .emit import emit_families, emit_rules
+from .layouts import check_layout_decls
 from .lower import EggRule, lower_rule
 from .parse import parse_rule_text
 
@@ -32,6 +34,8 @@ class CompiledRuleSet:
     custom_calls: dict[str, CustomCall] = field(default_factory=dict)
     # the directed rewrites run before saturation (scalify/canon/rewriter.py)
     canon_rules: list[CanonRule] = field(default_factory=list)
+    # the layout kinds the rule files declare, by name: their index maps (scalify/layout.py)
+    layouts: dict[str, IndexMap] = field(default_factory=dict)
 
     @property
     def rules(self) -> list[EggRule]:
@@ -59,7 +63,8 @@ def rule_files_in(directory: str | Path) -> list[Path]:
 def compile_texts(sources: list[tuple[str, str]]) -> CompiledRuleSet:
     """Compile (path, text) pairs as one rule set."""
     parsed = [parse_rule_text(text, path) for path, text in sources]
-    infos = check_rule_set(parsed)
+    layouts = check_layout_decls(parsed)
+    infos = check_rule_set(parsed, frozenset(layouts))
     custom_calls = check_custom_calls(parsed)
     taken = {rule.name for p in parsed for rule in p.rules}
     canon_rules = check_canon_rules(parsed, taken)
@@ -72,10 +77,15 @@ def compile_texts(sources: list[tuple[str, str]]) -> CompiledRuleSet:
             emit_rules(rule_file.path, lowered)
             + canon_text(rule_file)
             + _declarations_text(rule_file, custom_calls)
+            + "".join(
+                f";; layout {d.name}(d, a): device r of n holds place "
+                f"{index_map_text(d.index)} at its place i\n"
+                for d in rule_file.layouts
+            )
         )
         files.append(CompiledRuleFile(rule_file.path, lowered, text))
     _refuse_shadowed(files, dict(sources))
-    return CompiledRuleSet(files, families, custom_calls, canon_rules)
+    return CompiledRuleSet(files, families, custom_calls, canon_rules, layouts)
 
 
 def _declarations_text(rule_file, custom_calls: dict[str, CustomCall]) -> str:

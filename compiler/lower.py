@@ -21,6 +21,7 @@ from .signatures import (
     CONSTANT_NAMES,
     COORD,
     DIM_FUNCTIONS,
+    LAYOUTS,
     RESCALED,
     SIZE,
     SPLAT,
@@ -212,6 +213,10 @@ class _Lowering:
         elif layout.name in SPREAD_ALTERNATIVES:  # a scalar fill is the same along every dim
             self.query.append(f"(= {dist} (Splat {self.fresh('c')} {self.fresh('dt')}))")
             self.alias(clause.base.name, dist)
+        elif layout.name not in LAYOUTS:  # a kind a `layout` declaration names
+            term = self.layout_term(self.var(clause.base.name), layout)
+            self.query.append(f"(= {dist} {term})")
+            self.in_query.add(clause.base.name)
         else:
             op, a = layout.args
             self.query.append(
@@ -270,6 +275,9 @@ class _Lowering:
             if layout.name == "log_partial":
                 return f"(LogOf {placed} {self.var(base.name)})"
             return f"(Ratio {placed} {self.var(base.name)} {self.string(layout.args[3])})"
+        if layout.name not in LAYOUTS:  # declared: (Laid kind term dim axis)
+            d, a = layout.args
+            return f'(Laid "{layout.name}" {inner} {self.dim(d)} {self.string(a)})'
         raise AssertionError(f"layout {layout.name} is only valid in `where`")
 
 

@@ -145,8 +145,41 @@ class _ToAst(Transformer):
             parts.get("reference"),
         )
 
+    @v_args(meta=True)
+    def layout_decl(self, meta, children) -> ast.LayoutDecl:
+        name, dim, axis, index = children
+        params = (ast.Var(str(dim), self._span(dim)), ast.Var(str(axis), self._span(axis)))
+        names = tuple(leaf for leaf in _index_leaves(index) if isinstance(leaf, ast.Var))
+        return ast.LayoutDecl(str(name), params, _index_value(index), self._span(meta), names)
+
+    def index_int(self, children):
+        return ast.IntLit(int(children[0]), self._span(children[0]))
+
+    def index_name(self, children):
+        return ast.Var(str(children[0]), self._span(children[0]))
+
+    def _index_op(op: str):  # noqa: N805  (a factory of transformer callbacks)
+        return lambda self, children: (op, children[0], children[1])
+
+    index_add, index_sub = _index_op("+"), _index_op("-")
+    index_mul, index_div, index_mod = _index_op("*"), _index_op("/"), _index_op("%")
+
     def start(self, children):
         return children
+
+
+def _index_leaves(index) -> list:
+    """The names and numbers of a parsed index map, in source order."""
+    if isinstance(index, tuple):
+        return _index_leaves(index[1]) + _index_leaves(index[2])
+    return [index]
+
+
+def _index_value(index):
+    """A parsed index map as `scalify.layout.IndexMap`: names and ints without spans."""
+    if isinstance(index, tuple):
+        return (index[0], _index_value(index[1]), _index_value(index[2]))
+    return index.name if isinstance(index, ast.Var) else index.value
 
 
 def _syntax_error(path: str, text: str, err: UnexpectedInput) -> ScalifyError:
@@ -183,4 +216,5 @@ def parse_rule_text(text: str, path: str) -> ast.RuleFile:
     rules = tuple(i for i in items if isinstance(i, ast.Rule))
     custom_calls = tuple(i for i in items if isinstance(i, ast.CustomCallDecl))
     canon_rules = tuple(i for i in items if isinstance(i, ast.CanonRule))
-    return ast.RuleFile(path, text, families, rules, custom_calls, canon_rules)
+    layouts = tuple(i for i in items if isinstance(i, ast.LayoutDecl))
+    return ast.RuleFile(path, text, families, rules, custom_calls, canon_rules, layouts)

@@ -9,7 +9,9 @@ device of it; the empty layout is `replicate`.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+
+import numpy as np
 
 from scalify.errors import ScalifyError
 from scalify.mesh import Mesh
@@ -36,6 +38,11 @@ class Placement:
     part_values: tuple[tuple[Placement, ...], ...] = ()
     size: int = 0
     unit: int = 1
+    # kind "laid": a layout kind a rule file declares (`layout cyclic(d, a) = i * n + r`),
+    # named by `op`; the index map says which place of the dim the device's place `i` holds.
+    # Resolved from the rules (`resolve_declared`); not part of equality, so a layout read
+    # back from the e-graph, which names the kind only, compares equal to a stated one.
+    index_map: IndexMap | None = field(default=None, compare=False)
 
     def part_sizes(self) -> tuple[int, ...]:
         """The sizes of the parts' values, which the axis splits (baseline units)."""
@@ -62,6 +69,8 @@ class Placement:
             return f"shard({self.dim}, {self.axis}, parts=[{sizes}])"
         if self.kind == "shard":
             return f"shard({self.dim}, {self.axis})"
+        if self.kind == "laid":
+            return f"{self.op}({self.dim}, {self.axis})"
         if self.kind == "rescaled":
             return f"rescaled(exp(max - local max) along dims {self.op or 'none'})"
         if self.kind == "log":
@@ -73,6 +82,44 @@ class Placement:
 
 Layout = tuple[Placement, ...]
 REPLICATE: Layout = ()
+
+# An index map of a declared layout kind: an int, a name (`i` the device's place along the
+# dim, `r` its coordinate on the axis, `n` the axis's size, `size` the dim's global size), or
+# (op, lhs, rhs) with op one of + - * / % (integer division and remainder).
+IndexMap = int | str | tuple
+INDEX_NAMES = ("i", "r", "n", "size")
+_INDEX_OPS = {
+    "+": np.add,
+    "-": np.subtract,
+    "*": np.multiply,
+    "/": np.floor_divide,
+    "%": np.remainder,
+}
+
+
+def held_places(index_map: IndexMap, coord: int, count: int, size: int) -> np.ndarray:
+    """The places of a dim of `size` that device `coord` of `count` holds under a declared
+    layout kind, in its local order (it holds `size / count` of them)."""
+    names = {"i": np.arange(size // count), "r": coord, "n": count, "size": size}
+
+    def value(expr: IndexMap):
+        if isinstance(expr, str):
+            return names[expr]
+        if isinstance(expr, int):
+            return expr
+        op, lhs, rhs = expr
+        with np.errstate(divide="ignore"):
+            return _INDEX_OPS[op](value(lhs), value(rhs))
+
+    return np.broadcast_to(np.asarray(value(index_map), dtype=np.int64), (size // count,))
+
+
+def index_map_text(expr: IndexMap) -> str:
+    """An index map as a rule file writes it, fully bracketed."""
+    if isinstance(expr, tuple):
+        op, lhs, rhs = expr
+        return f"({index_map_text(lhs)} {op} {index_map_text(rhs)})"
+    return str(expr)
 
 
 def value_step(size: int, p: Placement) -> int:
@@ -88,7 +135,7 @@ def _value_size(size: int, dim: int, values: tuple[Placement, ...]) -> int:
 
 
 _PLACEMENT = re.compile(
-    r"\s*(shard|partial)\s*\(\s*([A-Za-z0-9_-]+)\s*,\s*([A-Za-z_]\w*)\s*"
+    r"\s*([A-Za-z_]\w*)\s*\(\s*([A-Za-z0-9_-]+)\s*,\s*([A-Za-z_]\w*)\s*"
     r"(?:,\s*parts\s*=\s*\[([^\]]*)\]\s*)?\)"
 )
 # padded(DIM, SIZE), repeated(DIM, TIMES[, UNIT]): the value a later shard of DIM cuts
@@ -135,7 +182,8 @@ def parse_layout(text: str, mesh: Mesh, where: str = "") -> Layout:
             raise ScalifyError(
                 f"bad layout {text!r}: expected replicate, shard(DIM, AXIS), "
                 "shard(DIM, AXIS, parts=[SIZE, ...]), partial(sum|max|min, AXIS), "
-                "padded(DIM, SIZE) or repeated(DIM, TIMES[, UNIT])",
+                "padded(DIM, SIZE), repeated(DIM, TIMES[, UNIT]) or a kind the rules declare, "
+                "NAME(DIM, AXIS)",
                 where,
             )
         kind, arg, axis, parts = match.groups()
@@ -150,6 +198,12 @@ def parse_layout(text: str, mesh: Mesh, where: str = "") -> Layout:
             placements.append(
                 Placement("shard", axis, dim=int(arg), parts=sizes, part_values=values)
             )
+        elif kind != "partial":  # a kind a rule file declares (checked by resolve_declared)
+            if parts is not None or not arg.isdigit():
+                raise ScalifyError(
+                    f"bad layout {text!r}: a declared layout kind takes (DIM, AXIS)", where
+                )
+            placements.append(Placement("laid", axis, dim=int(arg), op=kind))
         else:
             if parts is not None:
                 raise ScalifyError(f"bad layout {text!r}: only a shard has parts", where)
@@ -223,8 +277,26 @@ def local_shape(shape: tuple[int, ...], layout: Layout, mesh: Mesh) -> tuple[int
     for p in layout:
         if p.kind == "shard" and p.part_values:
             local[p.dim] = sum(p.part_sizes()) // mesh.axis_size(p.axis)
-        elif p.kind == "shard":
+        elif p.kind in ("shard", "laid"):
             local[p.dim] //= mesh.axis_size(p.axis)
         elif p.kind in ("padded", "repeated"):
             local[p.dim] = value_step(local[p.dim], p)
     return tuple(local)
+
+
+def resolve_declared(layout: Layout, declared: dict[str, IndexMap], where: str = "") -> Layout:
+    """`layout` with each declared kind's index map attached, from the rule set's `layout`
+    declarations; a kind no rule file declares is an error naming the known ones."""
+    resolved = []
+    for p in layout:
+        if p.kind == "laid":
+            if p.op not in declared:
+                known = ", ".join(sorted(declared)) or "none"
+                raise ScalifyError(
+                    f"layout kind `{p.op}` is not declared by the rules (declared: {known}); "
+                    f"a rule file declares one as `layout {p.op}(d, a) = <index map>`",
+                    where,
+                )
+            p = replace(p, index_map=declared[p.op])
+        resolved.append(p)
+    return tuple(resolved)

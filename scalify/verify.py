@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from dataclasses import dataclass, field
@@ -60,7 +61,7 @@ from scalify.forms.view_chains import with_view_chain_forms
 from scalify.frontends import load_graph
 from scalify.frontends.custom_calls import undeclared_note
 from scalify.ir import Graph
-from scalify.layout import Layout, canonical, layout_str, local_shape
+from scalify.layout import Layout, canonical, layout_str, local_shape, resolve_declared
 from scalify.mesh import Mesh, parse_mesh
 from scalify.ops import COLLECTIVES
 from scalify.ops.structural import is_elided
@@ -152,6 +153,17 @@ def inferred_input_relations(
     return infer_repeat_units(base, dist, inputs)
 
 
+def with_index_maps(
+    relations: list[Relation], rules: CompiledRuleSet, where: str
+) -> list[Relation]:
+    """Each layout kind a relation names from the rules' declarations, with its index map
+    (what the simulator and the fuzzer cut a device's value with)."""
+    return [
+        dataclasses.replace(r, layout=resolve_declared(r.layout, rules.layouts, where))
+        for r in relations
+    ]
+
+
 def verify_graphs(
     base: Graph,
     dist: Graph,
@@ -168,7 +180,8 @@ def verify_graphs(
     timings = dict(timings or {})
     bound = bind_unpaired_inputs(base, dist, mesh, given)  # inputs only one graph has
     base, dist, given = bound.base, bound.dist, bound.given
-    inputs = inferred_input_relations(base, dist, mesh, given)
+    where = given.path if given else ""
+    inputs = with_index_maps(inferred_input_relations(base, dist, mesh, given), rules, where)
     checked = ValueCheck(inputs)
     if values is not None:
         plain = input_relations(base, dist, mesh, given)
@@ -176,7 +189,7 @@ def verify_graphs(
         inputs = checked.relations
     if inherit_assumed_ranges(base, dist, inputs):
         dist = canonicalize(dist)  # the distributed graph's lookup guards fold now too
-    outputs = output_relations(base, dist, mesh, given, inputs)
+    outputs = with_index_maps(output_relations(base, dist, mesh, given, inputs), rules, where)
     base, dist, outputs = with_output_parts(base, dist, outputs, mesh)
 
     start = time.perf_counter()

@@ -45,3 +45,10 @@ def test_the_reference_lists_every_error_as_the_compiler_prints_it():
         "docs/reference/srl.md's compiler-error table differs from tests/compiler_errors; "
         "the table it should hold:\n" + table
     )
+
+
+def test_the_reference_shows_the_grammar_as_it_is():
+    grammar = (Path(__file__).resolve().parents[1] / "grammar" / "srl.lark").read_text()
+    assert "```\n" + grammar + "```\n" in REFERENCE.read_text(), (
+        "docs/reference/srl.md's grammar block differs from grammar/srl.lark"
+    )

@@ -43,6 +43,9 @@ def _relations(session: EGraphSession, functions) -> dict[int, set[tuple[Layout,
     for row in functions["LPadded"].rows:
         dim, size = (session.i64(v) for v in row.inputs[:2])
         pending[row.output] = ("padded", dim, (size, 1), row.inputs[2])
+    for row in functions["LLaid"].rows:
+        kind, dim, axis = session.string(row.inputs[0]), session.i64(row.inputs[1]), row.inputs[2]
+        pending[row.output] = ("laid", dim, (kind, session.string(axis)), row.inputs[3])
     for row in functions["LRepeated"].rows:
         dim, times, unit = (session.i64(v) for v in row.inputs[:3])
         pending[row.output] = ("repeated", dim, (times, unit), row.inputs[3])
@@ -54,6 +57,8 @@ def _relations(session: EGraphSession, functions) -> dict[int, set[tuple[Layout,
         inner = decode(rest, depth + 1)
         if kind == "shard":
             return inner + (Placement("shard", b, dim=a),)
+        if kind == "laid":  # the kind's index map is attached where the rules are at hand
+            return inner + (Placement("laid", b[1], dim=a, op=b[0]),)
         if kind in ("padded", "repeated"):
             return inner + (Placement(kind, "", dim=a, size=b[0], unit=b[1]),)
         if kind in ("rescaled", "log", "normalised"):

@@ -357,6 +357,8 @@ def layout_term(
     for p in layout:
         if p.kind == "shard":
             term = f"(Shard {term} {p.dim} {egg_string(p.axis)})"
+        elif p.kind == "laid":
+            term = f"(Laid {egg_string(p.op)} {term} {p.dim} {egg_string(p.axis)})"
         elif p.kind in ("padded", "repeated"):
             content = LOWEST if p.op == LOWEST else padding
             term = (

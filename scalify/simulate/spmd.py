@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from scalify.ir import Graph, Node, feeding
-from scalify.layout import Layout, Placement
+from scalify.layout import Layout, Placement, held_places
 from scalify.mesh import Mesh
 from scalify.relations import Relation
 from scalify.simulate.kernels import apply
@@ -83,9 +83,22 @@ def distribute(
                 _block(v, p.dim, mesh.coordinate(d, p.axis), size, p, fill)
                 for d, v in enumerate(per_device)
             ]
+        elif p.kind == "laid":
+            per_device = [
+                _held(v, p, mesh.coordinate(d, p.axis), mesh) for d, v in enumerate(per_device)
+            ]
         else:
             per_device = _split_partial(per_device, p, mesh, rng)
     return per_device
+
+
+def _held(value: np.ndarray, p: Placement, coord: int, mesh: Mesh) -> np.ndarray:
+    """What device `coord` holds of `value` under a declared layout kind: the places its
+    index map names, in its local order."""
+    if p.index_map is None:
+        raise NotSimulable(f"layout kind `{p.op}` has no index map: no rule file declares it")
+    places = held_places(p.index_map, coord, mesh.axis_size(p.axis), value.shape[p.dim])
+    return np.take(value, places, axis=p.dim)
 
 
 def _split_partial(per_device, p: Placement, mesh: Mesh, rng) -> list[np.ndarray]:

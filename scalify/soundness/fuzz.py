@@ -24,7 +24,15 @@ from scalify.compiler.signatures import OP_ARITY
 from scalify.engine.encode import shape_free_nodes
 from scalify.errors import ScalifyError
 from scalify.ir import Graph, Node
-from scalify.layout import Layout, Placement, canonical, layout_str, local_shape
+from scalify.layout import (
+    IndexMap,
+    Layout,
+    Placement,
+    canonical,
+    layout_str,
+    local_shape,
+    resolve_declared,
+)
 from scalify.mesh import Mesh
 from scalify.ops import spec_of
 from scalify.ops.spec import PerSide
@@ -51,6 +59,8 @@ class Instance:
     dist: Graph
     inputs: list[Relation]
     text: str
+    # the declared layout kinds' index maps, for reading back what the proof states
+    layouts: dict[str, IndexMap] = field(default_factory=dict)
 
 
 @dataclass
@@ -80,6 +90,7 @@ class Builder:
         self.values: frozenset[str] = frozenset()
         self.next_id = 0
         self.axis = mesh.names[int(rng.integers(len(mesh.names)))]
+        self.declared: dict[str, IndexMap] = {}  # the rule set's declared layout kinds
         self.shared_dim = int(rng.integers(3))
 
     def hint(self, k: int) -> str | None:
@@ -93,6 +104,13 @@ class Builder:
                 self.shared_dim % rank if self.rng.random() < 0.7 else int(self.rng.integers(rank))
             )
             return self.value_placements(kind, dim) + (Placement("shard", self.axis, dim=dim),)
+        if kind is not None and kind.startswith("laid:") and rank:
+            dim = (
+                self.shared_dim % rank if self.rng.random() < 0.7 else int(self.rng.integers(rank))
+            )
+            name = kind.removeprefix("laid:")
+            index_map = self.declared[name]
+            return (Placement("laid", self.axis, dim=dim, op=name, index_map=index_map),)
         if kind in ("partial:sum", "partial:max", "partial:?"):
             op = kind.split(":")[1]
             op = op if op != "?" else ("sum" if self.rng.random() < 0.7 else "max")
@@ -261,6 +279,7 @@ def generate(
     rng: np.random.Generator,
     hints: list[str | None] | None = None,
     values: frozenset[str] = frozenset(),
+    layouts: dict[str, IndexMap] | None = None,
 ) -> Instance:
     """A random instance of `op`; `hints` bias operand layouts toward a rule's pattern,
     `values` (`value_kinds`) the value layouts of terms nested deeper."""
@@ -271,9 +290,11 @@ def generate(
     b = Builder(rng, mesh)
     b.hints = list(hints or [])
     b.values = values
+    b.declared = dict(layouts or {})
     out = spec.generate(b)
     base, dist = b.graphs(out)
-    return Instance(mesh, base, dist, b.inputs, f"mesh {mesh}: " + "; ".join(b.lines))
+    text = f"mesh {mesh}: " + "; ".join(b.lines)
+    return Instance(mesh, base, dist, b.inputs, text, b.declared)
 
 
 # What a query atom about an operand asks of it, as a hint for the instance generators.
@@ -298,6 +319,9 @@ def operand_hints(rule) -> list[str | None]:
     for var in operands:
         kind = None
         for atom in rule.query:
+            if atom.startswith(f"(= {var} (Laid "):
+                kind = "laid:" + atom.split()[3].strip('"')
+                continue
             if atom.startswith(f"(= {var} (Partial "):
                 op = atom.split()[4]
                 kind = "partial:" + (op.strip('"') if op.startswith('"') else "?")
@@ -381,9 +405,10 @@ def check_instance(
     for dist_id, relations in proven.items():
         if dist_id in unchecked:
             continue
-        for layout, base_id in relations:
-            if (dist_id, canonical(layout), base_id) in given or base_id in unchecked_base:
+        for read, base_id in relations:
+            if (dist_id, canonical(read), base_id) in given or base_id in unchecked_base:
                 continue
+            layout = resolve_declared(read, instance.layouts)
             mismatch = compare_output(
                 dist_id, base_values[base_id], dist_values[dist_id], layout, instance.mesh, rng
             )
@@ -463,7 +488,8 @@ def fuzz_rules(rules: CompiledRuleSet, budget: int, seed: int = 0) -> list[RuleR
             def instance(rng: np.random.Generator, k: int, ops=ops, group=group) -> Instance:
                 op = ops[int(rng.integers(len(ops)))]
                 rule = group[k % len(group)]
-                return generate(op, rng, operand_hints(rule), value_kinds(rule))
+                hints = operand_hints(rule)
+                return generate(op, rng, hints, value_kinds(rule), rules.layouts)
 
             names = [r.name for r in group]
             report = check_instances(report, instance, program, names, budget, seed)
