@@ -18,6 +18,8 @@ from real_support import require
 
 require("megatron.core")
 
+import torch  # noqa: E402
+
 HERE = Path(__file__).resolve().parent
 
 
@@ -162,3 +164,78 @@ def test_a_qkv_projection_whose_input_gradient_is_not_reduced_is_caught(tmp_path
     assert first["file"].endswith("tensor_parallel/layers.py"), first
     assert first["second"]["role"] == "shows at", first
     assert first["second"]["file"].endswith("megatron_parts.py"), first
+
+
+def _gated_mlp(tp: int, fc1: type):
+    """Megatron's own `MLP` with a gated linear unit (SwiGLU, no bias) at tensor-parallel size
+    `tp` over its own group (`tp` 1: a one-rank group of the job), built on the CPU: its
+    `_initialize_affine_weight_cpu` makes the whole fused [gate|up] weight from the seed and
+    cuts this rank's rows on the host before anything is traced."""
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    from megatron.core.tensor_parallel import RowParallelLinear
+    from megatron.core.transformer import TransformerConfig
+    from megatron.core.transformer.mlp import MLP, MLPSubmodules
+
+    config = TransformerConfig(
+        num_layers=1,
+        hidden_size=16,
+        ffn_hidden_size=32,
+        num_attention_heads=4,
+        use_cpu_initialization=True,
+        tensor_model_parallel_size=tp,
+        gated_linear_unit=True,
+        activation_func=F.silu,
+        bias_activation_fusion=False,
+        add_bias_linear=False,
+    )
+    group = dist.group.WORLD if tp > 1 else dist.new_group([0])
+    torch.manual_seed(0)  # the same whole weights at every size
+    submodules = MLPSubmodules(linear_fc1=fc1, linear_fc2=RowParallelLinear)
+    return MLP(config, submodules, ffn_hidden_size=config.ffn_hidden_size, tp_group=group)
+
+
+def _glu_line() -> tuple[str, int]:
+    from megatron.core.transformer import mlp
+
+    lines = open(mlp.__file__).read().splitlines()
+    at = next(i for i, t in enumerate(lines, 1) if "= glu(intermediate_parallel)" in t)
+    return "megatron/core/transformer/mlp.py", at
+
+
+@pytest.mark.parametrize("tp", [2, 4])
+@pytest.mark.parametrize("cut", ["per_part", "one_block"])
+def test_a_fused_gate_up_weight_cut_on_the_host(tp, cut):
+    """The host-cut fused weight (issue 36) on Megatron's own code, with no relations: its
+    GLU MLP builds `linear_fc1` with `stride=2`, so each rank keeps its rows of gate and of
+    up, which `glu` reads back with `torch.chunk(x, 2)`. Scalify infers that per-part layout
+    from how both graphs cut the product, and checks it against device 0's weight: proved.
+    A `linear_fc1` that drops the stride (as Megatron's own Kitchen linear must, `fc1_stride
+    = 1`) gets one block of the fused rows, gate's only on rank 0: the per-part layout
+    contradicts the device's weight, the plain block holds it, and the MLP is caught with a
+    counterexample where `glu` splits the product."""
+    from megatron.core.tensor_parallel import ColumnParallelLinear
+
+    from scalify.api import check_equivalent
+    from scalify.capture.fx_trace import fake_process_group
+
+    class OneBlockColumnParallelLinear(ColumnParallelLinear):
+        def __init__(self, *args, stride: int = 1, **kwargs):
+            super().__init__(*args, **kwargs)  # BUG: one_block (the stride dropped)
+
+    fake_process_group(tp)
+    fc1 = ColumnParallelLinear if cut == "per_part" else OneBlockColumnParallelLinear
+    baseline, model = _gated_mlp(1, ColumnParallelLinear), _gated_mlp(tp, fc1)
+    x = torch.randn(8, 2, 16, generator=torch.Generator().manual_seed(1))
+    report = check_equivalent(baseline, model, mesh=f"tp={tp}", example_inputs=(x,))
+    fc1_layout = next(r for r in report.relations["inputs"] if r.startswith("linear_fc1_weight"))
+    if cut == "per_part":
+        assert report.verdict == "equivalent", [s.reason for s in report.suspects[:2]]
+        assert "parts=[32, 32]" in fc1_layout, fc1_layout
+        assert "checked against the device's values" in fc1_layout, fc1_layout
+        return
+    assert report.verdict == "not_equivalent" and report.counterexample
+    assert "parts" not in fc1_layout, fc1_layout
+    assert any("is contradicted by device 0's value" in n for n in report.notes), report.notes
+    first = report.suspects[0]
+    assert (first.file, first.line) == _glu_line(), (first.file, first.line, first.reason)

@@ -75,6 +75,42 @@ def test_latent_attention_split_as_packed_parts_is_caught(tmp_path):
     assert (first.file, first.line) == ("transformers/models/minicpm3/modeling_minicpm3.py", at)
 
 
+@pytest.mark.parametrize("style", ["packed_colwise", "colwise"])
+def test_a_fused_gate_up_weight_split_per_part_or_as_one_block(tmp_path, style):
+    """The host-cut fused weight (issue 36) on transformers' own loader, with no relations:
+    Phi-3's MLP reads its fused `gate_up_proj` per part (`chunk(2)`). A user's plan that
+    keeps the MLP split (`packed_colwise` on it, `rowwise` after: the style transformers
+    gives experts' [gate|up]) makes `from_pretrained` cut each rank's rows of gate and of up
+    from the checkpoint: proved. The one-entry change to plain `colwise` cuts one block of
+    the fused rows (all of gate on rank 0): caught with a counterexample at the `chunk`."""
+    import importlib
+
+    import transformers
+
+    checkpoint = save_tiny(tmp_path / "Phi3", "Phi3")
+    plan = {f"model.{k}": v for k, v in transformers.Phi3Config().base_model_tp_plan.items()}
+    plan |= {"lm_head": "colwise_gather_output", "model.layers.*.mlp.down_proj": "rowwise"}
+    plan["model.layers.*.mlp.gate_up_proj"] = style
+    baseline, model, mesh = load(checkpoint, 2, "Phi3ForCausalLM", tp_plan=plan)
+    with torch.no_grad():
+        report = check_equivalent(baseline, model, mesh=mesh, example_inputs=(token_ids(),))
+    if style == "packed_colwise":
+        assert report.verdict == "equivalent", [s.reason for s in report.suspects[:2]]
+        fused = [r for r in report.relations["inputs"] if "gate_up_proj" in r]
+        assert fused and all("parts=[128, 128]" in r for r in fused), fused
+        return
+    assert report.verdict == "not_equivalent" and report.counterexample
+    module = importlib.import_module("transformers.models.phi3.modeling_phi3")
+    lines = open(module.__file__).read().splitlines()
+    at = next(i for i, t in enumerate(lines, 1) if "= up_states.chunk(2, dim=-1)" in t)
+    first = report.suspects[0]
+    assert (first.file, first.line) == ("transformers/models/phi3/modeling_phi3.py", at), (
+        first.file,
+        first.line,
+        first.reason,
+    )
+
+
 @pytest.mark.parametrize("architecture", ["Qwen3", "Olmo2", "Starcoder2", "Phi3"])
 def test_each_family_trains_with_its_own_plan(tmp_path, architecture):
     """The loss and every weight's gradient after `loss.backward()`: Qwen3's per-head norms
