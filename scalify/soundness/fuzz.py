@@ -93,7 +93,7 @@ class Builder:
                 self.shared_dim % rank if self.rng.random() < 0.7 else int(self.rng.integers(rank))
             )
             return self.value_placements(kind, dim) + (Placement("shard", self.axis, dim=dim),)
-        if kind in ("partial:sum", "partial:max", "partial:?"):
+        if kind in ("partial:sum", "partial:max", "partial:min", "partial:?"):
             op = kind.split(":")[1]
             op = op if op != "?" else ("sum" if self.rng.random() < 0.7 else "max")
             return (Placement("partial", self.axis, op=op),)
