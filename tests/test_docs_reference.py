@@ -44,3 +44,11 @@ def test_every_op_of_the_registry_is_in_the_canonical_ops_table() -> None:
 def test_a_stale_count_is_rewritten(shipped) -> None:
     stale = "reproduces\n3 published silent bugs"
     assert regenerated(stale, shipped) == f"reproduces\n{shipped.corpus} published silent bugs"
+
+
+def test_the_hand_written_node_attribute_table_names_only_registry_ops() -> None:
+    text = (REPO / "docs" / "reference" / "canonical-ops.md").read_text()
+    table = text.split("The attributes a node carries", 1)[1].split("\n\n", 2)[1]
+    rows = [line.split("|")[1] for line in table.splitlines()[2:]]
+    named = {name for cell in rows for name in re.findall(r"`(\w+)`", cell)}
+    assert named and named <= set(OPS), named - set(OPS)
