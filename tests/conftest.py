@@ -152,6 +152,17 @@ def rules_with(folder: Path, name: str, text: str) -> Path:
     return folder
 
 
+def rules_plus(folder: Path, overlay: Path) -> Path:
+    """A rules folder at `folder`: the shipped rules with their cases and golden files, and
+    the files of `overlay` laid over them (a folder laid out as a rules folder: `.srl` files,
+    `tests/<file>/*.case`, `tests/<file>.golden.egg`), as a rule author adds them."""
+    import shutil
+
+    shutil.copytree(REPO / "rules", folder)
+    shutil.copytree(overlay, folder, dirs_exist_ok=True)
+    return folder
+
+
 def export_example(script: Path, out: Path, *args: str) -> Path:
     """Run an example's export.py (JAX must start with its own device count, so not
     in-process) and return the folder it wrote."""

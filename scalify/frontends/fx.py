@@ -103,6 +103,7 @@ _UNARY = {
     "ceil": "ceil",
     "cos": "cos",
     "sin": "sin",
+    "tan": "tan",
     "expm1": "exponential_minus_one",
     "log1p": "log_plus_one",
     "logical_not": "not",

@@ -265,6 +265,7 @@ OPS = [
     _elementwise("log_plus_one", 1, np.log1p),
     _elementwise("cos", 1, np.cos),
     _elementwise("sin", 1, np.sin),
+    _elementwise("tan", 1, np.tan),
     _elementwise("add", 2, np.add, int_dtype=True, scaling=TOGETHER),
     _elementwise("sub", 2, np.subtract, int_dtype=True, scaling=TOGETHER),
     _elementwise(

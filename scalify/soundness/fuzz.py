@@ -111,7 +111,7 @@ class Builder:
             name = kind.removeprefix("laid:")
             index_map = self.declared[name]
             return (Placement("laid", self.axis, dim=dim, op=name, index_map=index_map),)
-        if kind in ("partial:sum", "partial:max", "partial:?"):
+        if kind in ("partial:sum", "partial:max", "partial:min", "partial:?"):
             op = kind.split(":")[1]
             op = op if op != "?" else ("sum" if self.rng.random() < 0.7 else "max")
             return (Placement("partial", self.axis, op=op),)
