@@ -1,4 +1,5 @@
-"""The `scalify` command line. Exit codes: 0 equivalent, 1 not proved, 2 bad input or usage."""
+"""The `scalify` command line. Exit codes: 0 equivalent, 1 not proved, 2 bad input or usage,
+3 equivalent only under input layouts Scalify inferred (`equivalent, assuming`)."""
 
 from __future__ import annotations
 
@@ -178,10 +179,10 @@ def _verify(args: argparse.Namespace) -> int:
     if args.quiet and not args.output:
         first = report.suspects[0] if report.suspects else None
         where = f" ({first.file}:{first.line})" if first and first.file else ""
-        print(f"verdict: {report.verdict}{where}")
+        print(f"verdict: {report.outcome}{where}")
     elif args.output:
         Path(args.output).write_text(text)
-        print(f"verdict: {report.verdict} (report written to {args.output})")
+        print(f"verdict: {report.outcome} (report written to {args.output})")
     else:
         sys.stdout.write(text)
     return report.exit_code

@@ -16,7 +16,9 @@ INTRO = """# CLI reference
 Every `scalify` command and option, as `scalify COMMAND --help` prints them (this page is
 generated from the parser by `tests/test_cli_reference.py`; `SCALIFY_BLESS=1` writes it).
 Exit codes: 0 equivalent (or success), 1 not proved (`not_equivalent` or `unknown`), 2 bad
-input or usage.
+input or usage, 3 equivalent only under input layouts Scalify inferred from shapes or from
+how both programs cut a tensor, which nothing stated or confirmed (`equivalent, assuming`:
+the report names them and the `--relations` entry that states them).
 """
 
 

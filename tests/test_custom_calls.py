@@ -35,7 +35,13 @@ def scratch_rules(tmp_path: Path) -> Path:
 
 def test_declared_custom_calls_are_proved(scratch_rules):
     result = run_cli(
-        "verify", str(PAIR / "baseline.hlo"), str(PAIR / "tp.hlo"), "--rules", str(scratch_rules)
+        "verify",
+        str(PAIR / "baseline.hlo"),
+        str(PAIR / "tp.hlo"),
+        "--rules",
+        str(scratch_rules),
+        "--relations",
+        str(PAIR / "relations.json"),
     )
     assert result.code == 0, result.out
     assert "verdict: equivalent" in result.out
@@ -121,6 +127,8 @@ def test_an_expression_meaning_proves_a_tensor_parallel_gelu_mlp(gelu_rules):
         str(PAIR / "gelu_tp.hlo"),
         "--rules",
         str(gelu_rules),
+        "--relations",
+        str(PAIR / "gelu_relations.json"),
     )
     assert result.code == 0, result.out
     assert "verdict: equivalent" in result.out

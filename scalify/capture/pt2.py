@@ -17,7 +17,8 @@ def export(fn: Callable[..., Any], example_inputs: Sequence[Any], path: str | Pa
     (`scalify.api.fake_mesh` makes one); export the baseline with `export` too, so that both
     files decompose composite ops the same way. A DTensor program is traced on several
     devices (device_probe.py), and each DTensor output's placement is recorded as the
-    layout `verify` requires of it (the mesh's dim names are its axis names); an output that
+    layout `verify` requires of it (the mesh's dim names are its axis names), and each
+    DTensor weight's placement as its stated layout; an output that
     is a weight's gradient (or the weight after an optimizer step) is recorded as such, and
     takes that weight's layout.
     """
@@ -32,7 +33,12 @@ def export(fn: Callable[..., Any], example_inputs: Sequence[Any], path: str | Pa
     shapes = [tuple(getattr(o, "shape", ())) for o in _output_values(gm)]
     placed = gm.meta["output_placements"]
     layouts = [placement_text(p, shape) for p, shape in zip(placed, shapes, strict=False)]
-    save_exported(as_exported(gm, inputs), target, layouts, gm.meta["output_inputs"])
+    weights = {  # each DTensor weight's layout and global shape, as the API reads them
+        name: (placement_text(placed, local), list(global_shape))
+        for name, (placed, local, global_shape) in gm.meta.get("input_placements", {}).items()
+    }
+    weights = {name: entry for name, entry in weights.items() if entry[0]}
+    save_exported(as_exported(gm, inputs), target, layouts, gm.meta["output_inputs"], weights)
     return target
 
 

@@ -2562,6 +2562,7 @@ def load_fx(path: str | Path) -> Graph:
     world_size = None
     layouts: list = []
     followed: dict[int, str] = {}
+    weights: dict[str, tuple[str, tuple[int, ...]]] = {}
     if extra.get(GROUPS_FILE):
         try:
             recorded = json.loads(extra[GROUPS_FILE])
@@ -2569,11 +2570,16 @@ def load_fx(path: str | Path) -> Graph:
             world_size = recorded.get("world_size")
             layouts = recorded.get("output_layouts") or []
             followed = {int(k): str(v) for k, v in (recorded.get("output_inputs") or {}).items()}
+            weights = {
+                str(name): (str(layout), tuple(int(n) for n in shape))
+                for name, (layout, shape) in (recorded.get("input_layouts") or {}).items()
+            }
         except (ValueError, TypeError, AttributeError) as exc:
             raise ScalifyError(f"bad {GROUPS_FILE} inside the export file: {exc}", p) from None
     graph = graph_from_fx(ep, p, group_sizes=groups, world_size=world_size)
     graph.output_layouts = {i: str(lay) for i, lay in enumerate(layouts) if lay}
     graph.output_inputs = followed
+    graph.input_layouts = weights
     return graph
 
 
@@ -2582,11 +2588,13 @@ def save_exported(
     path: str | Path,
     output_layouts: list[str | None] = (),
     output_inputs: dict[int, str] | None = None,
+    input_layouts: dict[str, tuple[str, list[int]]] | None = None,
 ) -> None:
     """`torch.export.save`, recording the size of every process group the program's
     collectives name (resolved in this process), so `load_fx` can read them later without
     a process group, the layout each output is returned in (a DTensor's placements; None
-    for a plain tensor), and which outputs are a weight's gradient or updated value."""
+    for a plain tensor), which outputs are a weight's gradient or updated value, and each
+    DTensor weight's layout and global shape (what its placements state)."""
     import torch
 
     sizes: dict[str, int] = {}
@@ -2611,6 +2619,7 @@ def save_exported(
         "groups": sizes,
         "output_layouts": list(output_layouts),
         "output_inputs": {str(k): v for k, v in (output_inputs or {}).items()},
+        "input_layouts": dict(input_layouts or {}),
     }
     if collectives:
         try:

@@ -6,7 +6,14 @@ from __future__ import annotations
 from html import escape
 from pathlib import Path
 
-from scalify.report.model import EQUIVALENT, NOT_EQUIVALENT, Neighbourhood, Report, Suspect
+from scalify.report.model import (
+    EQUIVALENT,
+    NOT_EQUIVALENT,
+    Neighbourhood,
+    Report,
+    Suspect,
+    confirming_entry,
+)
 from scalify.report.svg import render_svg
 
 SNIPPET_CONTEXT = 3  # lines shown above and below a suspect's line
@@ -117,10 +124,16 @@ def render_html(report: Report) -> str:
 
 def _verdict(report: Report) -> str:
     meaning = MEANING.get(report.verdict, UNKNOWN_MEANING)
+    if report.assumptions:
+        meaning = (
+            "proven equal only under input layouts Scalify inferred and nothing confirmed: "
+            + "; ".join(report.assumptions)
+            + f"; state them with --relations {confirming_entry(report)} (exit code 3)"
+        )
     return (
         "<h1>Scalify verification report</h1>\n"
         f'<header id="verdict" class="v-{escape(report.verdict)}">'
-        f'<span class="word">{escape(report.verdict)}</span>'
+        f'<span class="word">{escape(report.outcome)}</span>'
         f"<p>{escape(meaning)}</p></header>\n"
         '<dl class="facts">'
         f"<dt>baseline</dt><dd><code>{escape(report.baseline)}</code></dd>"

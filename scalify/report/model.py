@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -111,10 +112,32 @@ class Report:
     # a not_equivalent verdict's witness when no counterexample could be run: the rules'
     # refutation (not_equivalent is given with one or the other, never neither)
     refuted_by: str = ""
+    # an `equivalent` verdict that rests on input layouts Scalify inferred (from shapes, from
+    # how both programs cut a tensor) and neither a user stated nor values confirmed: each as
+    # `name: layout (source)`. Its own outcome: `equivalent, assuming`, exit code 3.
+    assumptions: list[str] = field(default_factory=list)
+
+    @property
+    def outcome(self) -> str:
+        """The verdict, with `, assuming` when an equivalence rests on inferred layouts."""
+        if self.verdict == EQUIVALENT and self.assumptions:
+            return f"{EQUIVALENT}, assuming"
+        return self.verdict
 
     @property
     def exit_code(self) -> int:
-        return 0 if self.verdict == EQUIVALENT else 1
+        if self.verdict == EQUIVALENT:
+            return 3 if self.assumptions else 0
+        return 1
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def confirming_entry(report: Report) -> str:
+    """The relations-file entry that states every assumed layout (`name: layout (source)`)."""
+    inputs = {}
+    for assumption in report.assumptions:
+        name, rest = assumption.split(": ", 1)
+        inputs[name] = rest.split(" (", 1)[0]
+    return json.dumps({"inputs": inputs})

@@ -32,6 +32,17 @@ def render_sarif(report: Report) -> str:
         if related:
             result["relatedLocations"] = related
         results.append(result)
+    if report.assumptions:
+        results.append(
+            {
+                "ruleId": "scalify/assumed_layout",
+                "level": "warning",
+                "message": {
+                    "text": "equivalent only under inferred input layouts: "
+                    + "; ".join(report.assumptions)
+                },
+            }
+        )
     if report.verdict != EQUIVALENT and not results:
         results.append(
             {
@@ -59,11 +70,18 @@ def render_sarif(report: Report) -> str:
                                 "id": "scalify/unknown",
                                 "shortDescription": {"text": "equivalence not proved"},
                             },
+                            {
+                                "id": "scalify/assumed_layout",
+                                "shortDescription": {
+                                    "text": "equivalent under an inferred input layout"
+                                },
+                            },
                         ],
                     }
                 },
                 "properties": {
                     "verdict": report.verdict,
+                    "assumptions": report.assumptions,
                     "mesh": report.mesh,
                     "counterexample": report.counterexample,
                     "refuted_by": report.refuted_by,

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from scalify.report.model import EQUIVALENT, Report
+from scalify.report.model import EQUIVALENT, Report, confirming_entry
 
 
 def render_text(report: Report) -> str:
-    lines = [f"verdict: {report.verdict}", f"mesh: {report.mesh}"]
+    lines = [f"verdict: {report.outcome}", f"mesh: {report.mesh}"]
     lines.append("outputs:")
     for out in report.outputs:
         mark = "ok" if out.ok else "NOT PROVED"
@@ -45,6 +45,10 @@ def render_text(report: Report) -> str:
         lines.append(f"counterexample: {report.counterexample}")
     if report.refuted_by:
         lines.append(f"refuted by: {report.refuted_by}")
+    if report.assumptions:
+        lines.append("assuming (inferred, not stated, not checked against values):")
+        lines += [f"  {a}" for a in report.assumptions]
+        lines.append(f"  to confirm, state them with --relations: {confirming_entry(report)}")
     lines += [f"note: {n}" for n in report.notes]
     st = report.stats
     secs = ", ".join(f"{k} {v:.3f}s" for k, v in st["seconds"].items())
