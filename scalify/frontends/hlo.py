@@ -13,6 +13,7 @@ from __future__ import annotations
 import gc
 import re
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -136,12 +137,19 @@ _NAME_SUFFIX_RE = re.compile(r"\.\d+$")
 _Value = Any
 
 
-def _tiles(global_dims: tuple[int, ...], local_dims: tuple[int, ...]) -> tuple[int, ...]:
-    """Blocks per dim of a value cut from `global_dims` into `local_dims` pieces."""
-    return tuple(
+def _tiling(
+    global_dims: tuple[int, ...], local_dims: tuple[int, ...], axes_per_value: list, j: int
+) -> TileSharding:
+    """The tiling of the j-th value cut from `global_dims` into `local_dims` pieces (blocks
+    per dim), over the mesh axes Shardy names for it when they are one per dim."""
+    tiles = tuple(
         whole // part if part > 0 else 1
         for whole, part in zip(global_dims, local_dims, strict=True)
     )
+    axes = axes_per_value[j] if j < len(axes_per_value) else None
+    if axes is not None and len(axes) != len(tiles):
+        axes = None
+    return TileSharding(tiles=tiles, axes=axes, replicated=all(t == 1 for t in tiles))
 
 
 class _Lowering:
@@ -744,18 +752,10 @@ class _Lowering:
         indices, as two `top_k` nodes (`part` 0 and 1)."""
         k = _ints(self.attr(ins, "k") or "")
         largest = self.attr(ins, "largest") != "false"
-        values, indices = _leaves(ins.shape, _Array)
+        attrs = {"k": k[0] if k else 0, "largest": largest}
         return tuple(
-            self.new(
-                "top_k",
-                (x,),
-                leaf,
-                {"k": k[0] if k else 0, "largest": largest, "part": part},
-                ins,
-                loc,
-                fop,
-            )
-            for part, leaf in enumerate((values, indices))
+            self.new("top_k", (x,), leaf, {**attrs, "part": part}, ins, loc, fop)
+            for part, leaf in enumerate(_leaves(ins.shape, _Array))
         )
 
     def sort_direction(self, ins: _Instr) -> bool | None:
@@ -816,17 +816,9 @@ class _Lowering:
                 f"{len(leaves[0].dims)}; found dimensions={{{','.join(map(str, dims))}}}",
                 ins.token,
             )
-        (dim,) = dims
+        attrs = {"dim": dims[0], "descending": descending}
         nodes = tuple(
-            self.new(
-                "sort",
-                tuple(vals),
-                leaf,
-                {"dim": dim, "descending": descending, "part": part},
-                ins,
-                loc,
-                fop,
-            )
+            self.new("sort", tuple(vals), leaf, {**attrs, "part": part}, ins, loc, fop)
             for part, leaf in enumerate(leaves)
         )
         return nodes[0] if isinstance(ins.shape, _Array) else nodes
@@ -1077,28 +1069,13 @@ class _Lowering:
                 out.append(self.local_params[key])
                 continue
             node_id = len(self.nodes)
+            attrs = dict(param.attrs)
             self.nodes.append(
-                Node(
-                    node_id,
-                    "parameter",
-                    (),
-                    local.dims,
-                    local.dtype,
-                    dict(param.attrs),
-                    param.loc,
-                    param.name,
-                    param.framework_op,
-                )
+                replace(param, id=node_id, shape=local.dims, dtype=local.dtype, attrs=attrs)
             )
             self.entry_params[node_id] = self.entry_params[value]
             self.local_params[key] = node_id
-            tiles = _tiles(param.shape, local.dims)
-            axes = axes_per_value[j] if j < len(axes_per_value) else None
-            if axes is not None and len(axes) != len(tiles):
-                axes = None
-            self.input_shardings[node_id] = TileSharding(
-                tiles=tiles, axes=axes, replicated=all(t == 1 for t in tiles)
-            )
+            self.input_shardings[node_id] = _tiling(param.shape, local.dims, axes_per_value, j)
             out.append(node_id)
         return out[0] if isinstance(ins.shape, _Array) else tuple(out)
 
@@ -1113,13 +1090,7 @@ class _Lowering:
             local = self.nodes[value].shape
             if len(local) != len(glob.dims):
                 continue
-            tiles = _tiles(glob.dims, local)
-            axes = axes_per_value[j] if j < len(axes_per_value) else None
-            if axes is not None and len(axes) != len(tiles):
-                axes = None
-            self.value_shardings[value] = TileSharding(
-                tiles=tiles, axes=axes, replicated=all(t == 1 for t in tiles)
-            )
+            self.value_shardings[value] = _tiling(glob.dims, local, axes_per_value, j)
 
     def _output_shardings(
         self, entry: _Comp, root_value: _Value, outputs: list[int]
