@@ -115,10 +115,8 @@ def with_sub_view_forms(dist: Graph, base: Graph, mesh: Mesh) -> Graph:
                 for dim, m in inners[op]
             ):
                 continue
-            forms.append(
-                (node.id, Node(next_id, op, (x.id,), node.shape, node.dtype, attrs,
-                               node.loc, f"{node.name}.{op}{d}", node.framework_op))
-            )  # fmt: skip
+            name = f"{node.name}.{op}{d}"
+            forms.append((node.id, node.derived(next_id, op, (x.id,), node.shape, attrs, name)))
             next_id += 1
     if not forms:
         return dist
