@@ -62,6 +62,14 @@ class Node:
     name: str = ""
     framework_op: str = ""
 
+    def derived(
+        self, node_id: int, op: str, operands, shape, attrs: dict, name: str, dtype: str = ""
+    ) -> Node:
+        """A new node standing where this one stands: its source location and framework op,
+        and its dtype unless `dtype` is given."""
+        return Node(node_id, op, tuple(operands), tuple(shape), dtype or self.dtype, dict(attrs),
+                    self.loc, name, self.framework_op)  # fmt: skip
+
 
 @dataclass(frozen=True)
 class TileSharding:
@@ -153,6 +161,15 @@ def is_scalar_fill(node: Node, node_of: Callable[[int], Node]) -> bool:
     return operand.op == "constant" and operand.shape == ()
 
 
+def dim_slice(shape: tuple[int, ...], dim: int, start: int, end: int) -> tuple[dict, tuple]:
+    """The attributes of a step-1 slice of `shape` from `start` to `end` along `dim` alone,
+    and the slice's shape."""
+    starts = tuple(start if i == dim else 0 for i in range(len(shape)))
+    limits = tuple(end if i == dim else n for i, n in enumerate(shape))
+    attrs = {"starts": starts, "limits": limits, "strides": (1,) * len(shape)}
+    return attrs, (*shape[:dim], end - start, *shape[dim + 1 :])
+
+
 def feeding(graph: Graph, roots) -> set[int]:
     """`roots` and every node they are computed from (graph order is topological)."""
     needed = set(roots)
@@ -217,16 +234,8 @@ class PlacedForms:
         self.anchor = -1
 
     def emit(self, like: Node, op: str, operands, shape, attrs: dict) -> int:
-        node = Node(
-            self.next_id,
-            op,
-            tuple(operands),
-            tuple(shape),
-            like.dtype,
-            dict(attrs),
-            like.loc,
-            f"{like.name}.{self.tag}_{op}",
-            like.framework_op,
+        node = like.derived(
+            self.next_id, op, operands, shape, attrs, f"{like.name}.{self.tag}_{op}"
         )
         self.graph.nodes[node.id] = node
         self.placed.setdefault(self.anchor, []).append(node.id)

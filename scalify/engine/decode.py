@@ -22,52 +22,38 @@ def read_proof(
 
 
 def _relations(session: EGraphSession, functions) -> dict[int, set[tuple[Layout, int]]]:
-    layouts: dict = {}
-    for row in functions["LNil"].rows:
-        layouts[row.output] = ("nil",)
-    pending = {}
-    # (dim or op, axis, the rest of the layout): a shard's first field is a dim, a partial's an op
-    for function, kind, first in (
-        ("LShard", "shard", session.i64),
-        ("LPartial", "partial", session.string),
-    ):
+    i64, string = session.i64, session.string
+    nil = {row.output for row in functions["LNil"].rows}
+    last: dict = {}  # each layout value -> its last placement and the layout before it
+    for row in functions["LShard"].rows:
+        dim, axis, rest = row.inputs[:3]
+        last[row.output] = (Placement("shard", string(axis), dim=i64(dim)), rest)
+    for row in functions["LPartial"].rows:
+        op, axis, rest = row.inputs[:3]
+        last[row.output] = (Placement("partial", string(axis), op=string(op)), rest)
+    for function, kind in (("LRescaled", "rescaled"), ("LRatio", "normalised")):
         for row in functions[function].rows:
-            dim_or_op, axis, rest = row.inputs[:3]
-            pending[row.output] = (kind, first(dim_or_op), session.string(axis), rest)
-    for row in functions["LRescaled"].rows:
-        pending[row.output] = ("rescaled", session.string(row.inputs[0]), "", row.inputs[1])
+            last[row.output] = (Placement(kind, "", op=string(row.inputs[0])), row.inputs[1])
     for row in functions["LLog"].rows:
-        pending[row.output] = ("log", "", "", row.inputs[0])
-    for row in functions["LRatio"].rows:
-        pending[row.output] = ("normalised", session.string(row.inputs[0]), "", row.inputs[1])
+        last[row.output] = (Placement("log", "", op=""), row.inputs[0])
     for row in functions["LPadded"].rows:
-        dim, size = (session.i64(v) for v in row.inputs[:2])
-        pending[row.output] = ("padded", dim, (size, 1), row.inputs[2])
-    for row in functions["LLaid"].rows:
-        kind, dim, axis = session.string(row.inputs[0]), session.i64(row.inputs[1]), row.inputs[2]
-        pending[row.output] = ("laid", dim, (kind, session.string(axis)), row.inputs[3])
+        dim, size = (i64(v) for v in row.inputs[:2])
+        last[row.output] = (Placement("padded", "", dim=dim, size=size), row.inputs[2])
+    for row in functions["LLaid"].rows:  # the index map is attached where the rules are
+        kind, dim, axis, rest = row.inputs[:4]
+        last[row.output] = (Placement("laid", string(axis), dim=i64(dim), op=string(kind)), rest)
     for row in functions["LRepeated"].rows:
-        dim, times, unit = (session.i64(v) for v in row.inputs[:3])
-        pending[row.output] = ("repeated", dim, (times, unit), row.inputs[3])
+        dim, times, unit = (i64(v) for v in row.inputs[:3])
+        placement = Placement("repeated", "", dim=dim, size=times, unit=unit)
+        last[row.output] = (placement, row.inputs[3])
 
-    def decode(value, depth: int = 0) -> Layout:
-        if value in layouts and layouts[value] == ("nil",):
+    def decode(value) -> Layout:
+        if value in nil:
             return ()
-        kind, a, b, rest = pending[value]
-        inner = decode(rest, depth + 1)
-        if kind == "shard":
-            return inner + (Placement("shard", b, dim=a),)
-        if kind == "laid":  # the kind's index map is attached where the rules are at hand
-            return inner + (Placement("laid", b[1], dim=a, op=b[0]),)
-        if kind in ("padded", "repeated"):
-            return inner + (Placement(kind, "", dim=a, size=b[0], unit=b[1]),)
-        if kind in ("rescaled", "log", "normalised"):
-            return inner + (Placement(kind, "", op=a),)
-        return inner + (Placement("partial", b, op=a),)
+        placement, rest = last[value]
+        return (*decode(rest), placement)
 
     result: dict[int, set[tuple[Layout, int]]] = defaultdict(set)
     for row in functions["DistDesc"].rows:
-        dist_id = session.i64(row.inputs[0])
-        base_id = session.i64(row.inputs[2])
-        result[dist_id].add((decode(row.inputs[1]), base_id))
+        result[i64(row.inputs[0])].add((decode(row.inputs[1]), i64(row.inputs[2])))
     return result

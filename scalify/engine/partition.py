@@ -16,7 +16,7 @@ layer is proved, and localised, on its own.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from scalify.ir import Graph, Node, literal_nodes
 from scalify.layout import Layout, canonical, layout_str
@@ -32,14 +32,6 @@ class Segment:
     @property
     def exit(self) -> int:
         return self.nodes[-1]
-
-
-@dataclass
-class PartitionStats:
-    partitions: int = 0
-    memo_hits: int = 0
-    failed_segment: int | None = None
-    keys: list[str] = field(default_factory=list)
 
 
 # Data movement that a view of a parameter may go through and stay a leaf of the segments.
@@ -72,14 +64,7 @@ def _leaf_nodes(graph: Graph) -> set[int]:
         ):
             leaf.add(node.id)
         elif (
-            node.op in VIEW_OPS
-            and node.operands
-            and all(o in leaf or graph.node(o).op == "parameter" for o in node.operands)
-        ):
-            leaf.add(node.id)
-            views.add(node.id)
-        elif (
-            _prologue_op(graph, node)
+            (node.op in VIEW_OPS or _prologue_op(graph, node))
             and node.operands
             and all(o in leaf or graph.node(o).op == "parameter" for o in node.operands)
         ):
@@ -398,25 +383,17 @@ def subgraph(graph: Graph, segment: Segment, label: str) -> Graph:
         ("side", n) for n in sorted(sides, key=order.__getitem__)
     ]:
         made = graph.node(node_id)
+        attrs = {"name": kind, "index": -1}
         nodes[node_id] = Node(
-            node_id,
-            "parameter",
-            (),
-            made.shape,
-            made.dtype,
-            {"name": kind, "index": -1},
-            made.loc,
-            made.name,
+            node_id, "parameter", (), made.shape, made.dtype, attrs, made.loc, made.name
         )
         inputs.append(node_id)
     for node_id in sorted(params | needed_literals | members, key=order.__getitem__):
         nodes[node_id] = graph.node(node_id)
     inputs += sorted(params, key=lambda i: graph.node(i).attrs.get("index", 0))
-    equalities = [
-        pair
-        for pair in graph.memo("equalities_by_node", _equalities_by_node).get_all(nodes)
-        if pair[0] in nodes and pair[1] in nodes
-    ]
+    first = graph.memo("equalities_by_node", _equalities_by_node)
+    pairs = (graph.equalities[k] for k in sorted(k for n in nodes for k in first.get(n, ())))
+    equalities = [(a, b) for a, b in pairs if a in nodes and b in nodes]
     return Graph(
         f"{graph.path} [{label}]",
         nodes,
@@ -439,22 +416,12 @@ def _equality_partners(graph: Graph) -> dict[int, list[int]]:
     return partners
 
 
-class _PairsByNode:
-    """The graph's equalities, found from the nodes they join (in the graph's order)."""
-
-    def __init__(self, graph: Graph) -> None:
-        self.first: dict[int, list[int]] = {}
-        self.pairs = list(graph.equalities)
-        for k, (a, _) in enumerate(self.pairs):
-            self.first.setdefault(a, []).append(k)
-
-    def get_all(self, nodes) -> list[tuple[int, int]]:
-        found = sorted(k for n in nodes for k in self.first.get(n, ()))
-        return [self.pairs[k] for k in found]
-
-
-def _equalities_by_node(graph: Graph) -> _PairsByNode:
-    return _PairsByNode(graph)
+def _equalities_by_node(graph: Graph) -> dict[int, list[int]]:
+    """The positions in `graph.equalities` of the pairs each node is first of."""
+    first: dict[int, list[int]] = {}
+    for k, (a, _) in enumerate(graph.equalities):
+        first.setdefault(a, []).append(k)
+    return first
 
 
 def canonical_order(graph: Graph) -> list[int]:

@@ -60,17 +60,13 @@ def scaling_rules() -> str:
             "(GroupDivisor ?n ?g) (Base ?x) (Scalable ?x)",
             "(union ?d (Push ?g ?x))",
         ),
-        _rule(
-            "push-origin-mul-right",
-            '(= ?d (Op2 "mul" ?k ?x (Splat ?r ?t))) (GroupInverse ?r ?t ?n) '
-            "(Base ?x) (Scalable ?x)",
-            "(union ?d (Push ?n ?x))",
-        ),
-        _rule(
-            "push-origin-mul-left",
-            '(= ?d (Op2 "mul" ?k (Splat ?r ?t) ?x)) (GroupInverse ?r ?t ?n) '
-            "(Base ?x) (Scalable ?x)",
-            "(union ?d (Push ?n ?x))",
+        *(
+            _rule(
+                f"push-origin-mul-{side}",
+                f'(= ?d (Op2 "mul" ?k {operands})) (GroupInverse ?r ?t ?n) (Base ?x) (Scalable ?x)',
+                "(union ?d (Push ?n ?x))",
+            )
+            for side, operands in (("right", "?x (Splat ?r ?t)"), ("left", "(Splat ?r ?t) ?x"))
         ),
         _rule(
             "push-fill",

@@ -115,10 +115,8 @@ def with_sub_view_forms(dist: Graph, base: Graph, mesh: Mesh) -> Graph:
                 for dim, m in inners[op]
             ):
                 continue
-            forms.append(
-                (node.id, Node(next_id, op, (x.id,), node.shape, node.dtype, attrs,
-                               node.loc, f"{node.name}.{op}{d}", node.framework_op))
-            )  # fmt: skip
+            name = f"{node.name}.{op}{d}"
+            forms.append((node.id, node.derived(next_id, op, (x.id,), node.shape, attrs, name)))
             next_id += 1
     if not forms:
         return dist
@@ -192,25 +190,18 @@ def _declarations(declared: set[tuple[str, int]], mesh: Mesh) -> list[str]:
     for axis, q in sorted(declared):
         outer, inner = sub_axes(axis, q)
         n = mesh.axis_size(axis)
+        o, i, stride = egg_string(outer), egg_string(inner), mesh.stride(axis)
         facts += [
-            f"(Axis {egg_string(outer)})",
-            f"(Axis {egg_string(inner)})",
-            f"(set (AxisSize {egg_string(outer)}) {n // q})",
-            f"(set (AxisSize {egg_string(inner)}) {q})",
-            f"(set (AxisStride {egg_string(outer)}) {mesh.stride(axis) * q})",
-            f"(set (AxisStride {egg_string(inner)}) {mesh.stride(axis)})",
-            f"(SubAxes {egg_string(axis)} {egg_string(outer)} {egg_string(inner)})",
-            f"(AxisDisjoint {egg_string(outer)} {egg_string(inner)})",
-            f"(AxisDisjoint {egg_string(inner)} {egg_string(outer)})",
+            f"(Axis {o})",
+            f"(Axis {i})",
+            f"(set (AxisSize {o}) {n // q})",
+            f"(set (AxisSize {i}) {q})",
+            f"(set (AxisStride {o}) {stride * q})",
+            f"(set (AxisStride {i}) {stride})",
+            f"(SubAxes {egg_string(axis)} {o} {i})",
         ]
-        for other in mesh.names:
-            if other != axis:
-                facts += [
-                    f"(AxisDisjoint {egg_string(sub)} {egg_string(other)})"
-                    for sub in (outer, inner)
-                ]
-                facts += [
-                    f"(AxisDisjoint {egg_string(other)} {egg_string(sub)})"
-                    for sub in (outer, inner)
-                ]
+        disjoint = [(o, i), (i, o)]
+        for other in (egg_string(x) for x in mesh.names if x != axis):
+            disjoint += [(o, other), (i, other), (other, o), (other, i)]
+        facts += [f"(AxisDisjoint {a} {b})" for a, b in disjoint]
     return facts

@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from scalify.externs.device_tables import DeviceScalars
-from scalify.ir import Graph, Node, place_after
+from scalify.ir import Graph, Node, dim_slice, place_after
 from scalify.mesh import Mesh
 from scalify.ops.collectives import permute_senders
 from scalify.ops.coordinate_form import device_coordinate
@@ -308,17 +308,8 @@ def _form(graph: Graph, node: Node, block: Block, mesh: Mesh, next_id: int) -> l
     made: list[Node] = []
 
     def add(op: str, operands: tuple[int, ...], shape, dtype: str, attrs: dict) -> int:
-        new = Node(
-            next_id + len(made),
-            op,
-            operands,
-            tuple(shape),
-            dtype,
-            attrs,
-            node.loc,
-            f"{node.name}.window_{op}",
-            node.framework_op,
-        )
+        name = f"{node.name}.window_{op}"
+        new = node.derived(next_id + len(made), op, operands, shape, attrs, name, dtype)
         made.append(new)
         graph.nodes[new.id] = new
         return new.id
@@ -332,17 +323,8 @@ def _form(graph: Graph, node: Node, block: Block, mesh: Mesh, next_id: int) -> l
         source.dtype,
         {"groups": mesh.groups((axis,)), "dim": dim},
     )
-    starts = [0] * len(gathered_shape)
-    limits = list(gathered_shape)
-    starts[dim], limits[dim] = start, start + width * n
-    piece_shape = [hi - lo for lo, hi in zip(starts, limits, strict=True)]
-    piece = add(
-        "slice",
-        (gathered,),
-        piece_shape,
-        source.dtype,
-        {"starts": tuple(starts), "limits": tuple(limits), "strides": (1,) * len(starts)},
-    )
+    attrs, piece_shape = dim_slice(tuple(gathered_shape), dim, start, start + width * n)
+    piece = add("slice", (gathered,), piece_shape, source.dtype, attrs)
     coord = device_coordinate(add, n, stride, "s32")
     step = add("constant", (), (), "s32", {"value": str(width)})
     offset = add("mul", (coord, step), (), "s32", {})

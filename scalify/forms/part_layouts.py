@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from scalify.forms.slice_views import one_dim_cut, with_slice_alternatives
-from scalify.ir import Graph, Node
+from scalify.ir import Graph, dim_slice
 from scalify.layout import Layout, Placement
 from scalify.mesh import Mesh
 from scalify.relations import Relation
@@ -131,23 +131,10 @@ def _add_slice(graph: Graph, of: int, dim: int, start: int, end: int, part: int)
     """A slice of one dim, spelled as `slice_views.py` spells the slices it moves, so the
     e-graph meets the two as one term."""
     source = graph.node(of)
-    shape = source.shape
     node_id = max(graph.nodes) + 1
-    graph.nodes[node_id] = Node(
-        node_id,
-        "slice",
-        (of,),
-        shape[:dim] + (end - start,) + shape[dim + 1 :],
-        source.dtype,
-        {
-            "starts": tuple(start if i == dim else 0 for i in range(len(shape))),
-            "limits": tuple(end if i == dim else n for i, n in enumerate(shape)),
-            "strides": (1,) * len(shape),
-        },
-        source.loc,
-        f"{source.name} part {part}",
-        source.framework_op,
-    )
+    attrs, sliced = dim_slice(source.shape, dim, start, end)
+    name = f"{source.name} part {part}"
+    graph.nodes[node_id] = source.derived(node_id, "slice", (of,), sliced, attrs, name)
     return node_id
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from scalify.externs.device_tables import DeviceScalars
-from scalify.ir import Graph, Node, place_after
+from scalify.ir import Graph, Node, dim_slice, place_after
 from scalify.mesh import Mesh
 from scalify.ops.collectives import collective_axes, permute_senders
 from scalify.values import literal_number
@@ -115,18 +115,12 @@ def _form(
     slice last."""
     gathered = list(block.shape)
     gathered[dim] *= mesh.axis_size(axis)
-    made = [
-        Node(next_id, "all_gather", (block.id,), tuple(gathered), block.dtype,
-             {"groups": mesh.axis_groups(axis), "dim": dim}, node.loc,
-             f"{node.name}.gathered{dim}", node.framework_op),
-    ]  # fmt: skip
-    starts, limits = [0] * len(gathered), list(gathered)
-    starts[dim], limits[dim] = start, start + block.shape[dim]
-    made.append(
-        Node(next_id + 1, "slice", (next_id,), block.shape, block.dtype,
-             {"starts": tuple(starts), "limits": tuple(limits), "strides": (1,) * len(starts)},
-             node.loc, f"{node.name}.block{dim}", node.framework_op)
-    )  # fmt: skip
+    attrs = {"groups": mesh.axis_groups(axis), "dim": dim}
+    made = [node.derived(next_id, "all_gather", (block.id,), gathered, attrs,
+                         f"{node.name}.gathered{dim}", block.dtype)]  # fmt: skip
+    attrs, _ = dim_slice(tuple(gathered), dim, start, start + block.shape[dim])
+    made.append(node.derived(next_id + 1, "slice", (next_id,), block.shape, attrs,
+                             f"{node.name}.block{dim}", block.dtype))  # fmt: skip
     for new in made:
         graph.nodes[new.id] = new
     return [new.id for new in made]

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from scalify.ir import Graph, Node, place_after
+from scalify.ir import Graph, Node, dim_slice, place_after
 from scalify.ops import ELEMENTWISE
 
 
@@ -154,11 +154,8 @@ class _Mover:
     def _plain(self, x: int, d: int, s: int, e: int, like: Node) -> int:
         if (d, s, e) in self.parts.get(x, ()):
             self.picked = True
-        shape = self.graph.node(x).shape
-        starts = tuple(s if i == d else 0 for i in range(len(shape)))
-        limits = tuple(e if i == d else n for i, n in enumerate(shape))
-        attrs = {"starts": starts, "limits": limits, "strides": (1,) * len(shape)}
-        return self._add(like, "slice", (x,), _cut(shape, d, e - s), attrs)
+        attrs, shape = dim_slice(self.graph.node(x).shape, d, s, e)
+        return self._add(like, "slice", (x,), shape, attrs)
 
     def _deeper(self, x: int, d: int, s: int, e: int, like: Node) -> int:
         """The slice moved into x, or a plain slice of x where it stops."""
@@ -365,17 +362,8 @@ class _Mover:
     def _add(self, like: Node, op: str, operands: tuple[int, ...], shape, attrs: dict) -> int:
         node_id = self.next_id
         self.next_id += 1
-        self.graph.nodes[node_id] = Node(
-            node_id,
-            op,
-            operands,
-            tuple(shape),
-            like.dtype,
-            dict(attrs),
-            like.loc,
-            f"{like.name}.sliced",
-            like.framework_op,
-        )
+        name = f"{like.name}.sliced"
+        self.graph.nodes[node_id] = like.derived(node_id, op, operands, shape, attrs, name)
         return node_id
 
 

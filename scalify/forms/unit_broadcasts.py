@@ -144,17 +144,8 @@ def _broadcast_form(graph: Graph, value: Node, next_id: int) -> tuple[list[int],
     broadcast last) and the next free id."""
     steps, next_id = _squeeze(graph, value, next_id)
     kept = tuple(d for d, size in enumerate(value.shape) if size != 1)
-    form = Node(
-        next_id,
-        "broadcast",
-        (steps[-1],),
-        value.shape,
-        value.dtype,
-        {"dims": kept},
-        value.loc,
-        f"{value.name}.unit_broadcast",
-        value.framework_op,
-    )
+    name = f"{value.name}.unit_broadcast"
+    form = value.derived(next_id, "broadcast", (steps[-1],), value.shape, {"dims": kept}, name)
     graph.nodes[form.id] = form
     return [*steps, form.id], next_id + 1
 

@@ -105,16 +105,8 @@ def _add(
     shape: tuple[int, ...] | None = None,
     dtype: str | None = None,
 ) -> tuple[int, int]:
-    node = Node(
-        next_id,
-        op,
-        operands,
-        like.shape if shape is None else shape,
-        dtype or like.dtype,
-        dict(attrs),
-        like.loc,
-        f"{like.name}.unit",
-        like.framework_op,
+    shape = like.shape if shape is None else shape
+    graph.nodes[next_id] = like.derived(
+        next_id, op, operands, shape, attrs, f"{like.name}.unit", dtype or ""
     )
-    graph.nodes[next_id] = node
     return next_id, next_id + 1

@@ -53,6 +53,7 @@ import operator
 import os
 import re
 import zipfile
+from functools import partial, partialmethod
 from pathlib import Path
 from typing import Any
 
@@ -282,6 +283,11 @@ def _writes_every_entry(destination: Any, indices: Any) -> bool:
         and sorted_meta.dim() == 1
         and tuple(sorted_meta.shape) == tuple(destination_meta.shape)
     )
+
+
+def _arg(node: Any, i: int, name: str, default: Any = None) -> Any:
+    """An FX node's argument `name`, given at position `i` or by keyword."""
+    return node.args[i] if len(node.args) > i else node.kwargs.get(name, default)
 
 
 def _is_tensor_meta(value: Any) -> bool:
@@ -560,9 +566,7 @@ class _Lowering:
         else a parameter named by its attribute path."""
         import torch
 
-        obj: Any = self.gm
-        for part in str(fx_node.target).split("."):
-            obj = getattr(obj, part, None)
+        obj = self.attribute(fx_node)
         if not isinstance(obj, torch.Tensor):
             return None
         if not isinstance(obj, torch.nn.Parameter):
@@ -654,7 +658,7 @@ class _Lowering:
         if name in _IDENTITY:
             return self.tensor(args[0])
         if name == "dropout" or name == "feature_dropout":
-            train = args[2] if len(args) > 2 else kwargs.get("train", True)
+            train = _arg(fx_node, 2, "train", True)
             if train:
                 raise _Unsupported("dropout in training mode")
             return self.tensor(args[0])
@@ -736,10 +740,8 @@ class _Lowering:
             value = self.broadcast_to(self.tensor(args[0]), shape)
         elif name == "slice":
             x = self.tensor(args[0])
-            dim = int(args[1] if len(args) > 1 else kwargs.get("dim", 0)) % (len(shape) - 1)
-            start = args[2] if len(args) > 2 else kwargs.get("start")
-            end = args[3] if len(args) > 3 else kwargs.get("end")
-            step = args[4] if len(args) > 4 else kwargs.get("step", 1)
+            dim, start, end, step = _slice_args(fx_node)
+            dim = int(dim) % (len(shape) - 1)
             value, _ = self.slice_node(x, dim, start, end, step or 1, final=False)
         elif name in ("add", "sub") and (len(args) < 3 and "alpha" not in kwargs):
             a, b = (self.complex_operand(x, shape, part) for x in args[:2])
@@ -831,7 +833,7 @@ class _Lowering:
     def binary(self, fx_node: Any, name: str, shape: tuple[int, ...], dtype: str) -> int:
         args, kwargs = fx_node.args, fx_node.kwargs
         lhs, rhs = args[0], args[1]
-        alpha = args[2] if len(args) > 2 else kwargs.get("alpha", 1)
+        alpha = _arg(fx_node, 2, "alpha", 1)
         if name == "div" and kwargs.get("rounding_mode") is not None:
             raise _Unsupported("div with rounding_mode")
         if name == "rsub":
@@ -910,10 +912,9 @@ class _Lowering:
           group, summed over the group's rows, read as each row's outer product `a[:, i]
           b[i, :]` (a dot batched over the rows) contracted with `one_hot(group(i))`.
         Other operand ranks, and a bias, stay opaque."""
-        args, kwargs = fx_node.args, fx_node.kwargs
-        a, b = self.tensor(args[0]), self.tensor(args[1])
-        offs = args[2] if len(args) > 2 else kwargs.get("offs")
-        if not self.is_node(offs) or (args[3] if len(args) > 3 else kwargs.get("bias")):
+        a, b = self.tensor(fx_node.args[0]), self.tensor(fx_node.args[1])
+        offs = _arg(fx_node, 2, "offs")
+        if not self.is_node(offs) or _arg(fx_node, 3, "bias"):
             raise _Unsupported("grouped_mm without group ends, or with a bias")
         ranks = (len(self.shape(a)), len(self.shape(b)))
         ends = self.tensor(offs)
@@ -967,7 +968,7 @@ class _Lowering:
         """linear(x, W, b) = x @ W^T + b: one dot contracting x's last dim with W's dim 1."""
         args = fx_node.args
         x, w = self.tensor(args[0]), self.tensor(args[1])
-        bias = args[2] if len(args) > 2 else fx_node.kwargs.get("bias")
+        bias = _arg(fx_node, 2, "bias")
         rx, rw = len(self.shape(x)), len(self.shape(w))
         rc = (1,) if rw == 2 else (0,)
         if bias is None:
@@ -1025,7 +1026,7 @@ class _Lowering:
 
     def op_cat(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
         args = fx_node.args
-        dim = int(args[1] if len(args) > 1 else fx_node.kwargs.get("dim", 0)) % len(shape)
+        dim = int(_arg(fx_node, 1, "dim", 0)) % len(shape)
         gathered = self.folded_all_gather(fx_node, dim, shape)
         if gathered is not None:
             return gathered
@@ -1055,7 +1056,7 @@ class _Lowering:
     def op_stack(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
         """stack = a unit dim inserted at `dim` in each operand, then concatenate."""
         args = fx_node.args
-        dim = int(args[1] if len(args) > 1 else fx_node.kwargs.get("dim", 0)) % len(shape)
+        dim = int(_arg(fx_node, 1, "dim", 0)) % len(shape)
         parts = []
         for t in args[0]:
             x = self.convert(self.tensor(t), dtype)
@@ -1069,16 +1070,13 @@ class _Lowering:
         value = fx_node.args[1] if len(fx_node.args) > 1 else fx_node.kwargs["fill_value"]
         return self.named_fill(fx_node, value, shape, dtype)
 
-    def op_full_like(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
-        value = fx_node.args[1] if len(fx_node.args) > 1 else fx_node.kwargs["fill_value"]
-        return self.named_fill(fx_node, value, shape, dtype)
-
     def op_zeros(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
         return self.named_fill(fx_node, 0, shape, dtype)
 
     def op_ones(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
         return self.named_fill(fx_node, 1, shape, dtype)
 
+    op_full_like = op_full
     op_zeros_like = op_new_zeros = op_zeros
     op_ones_like = op_new_ones = op_ones
 
@@ -1208,11 +1206,7 @@ class _Lowering:
         args = fx_node.args
         return self.split_outputs(fx_node, int(args[2] if len(args) > 2 else 0))
 
-    op_split_with_sizes = op_split
-
-    def op_chunk(self, fx_node: Any, shape: Any, dtype: Any) -> tuple[int, ...]:
-        args = fx_node.args
-        return self.split_outputs(fx_node, int(args[2] if len(args) > 2 else 0))
+    op_split_with_sizes = op_chunk = op_split
 
     def op_unbind(self, fx_node: Any, shape: Any, dtype: Any) -> tuple[int, ...]:
         args = fx_node.args
@@ -1307,9 +1301,9 @@ class _Lowering:
         leading dims and a value that broadcasts to x: a `select` (DTensor's vocab-parallel
         embedding masks its indices and its rows so). Integer indices (a scatter) and a
         value per selected element (whose shape depends on the data) stay opaque."""
-        args, kwargs = fx_node.args, fx_node.kwargs
+        args = fx_node.args
         x, indices = self.tensor(args[0]), args[1]
-        accumulate = args[3] if len(args) > 3 else kwargs.get("accumulate", False)
+        accumulate = _arg(fx_node, 3, "accumulate", False)
         if isinstance(indices, (list, tuple)) and len(indices) == 2 and not accumulate:
             return self.row_entries_put(x, indices, args[2], shape, dtype)
         if _writes_every_entry(args[0], indices) and not accumulate:
@@ -1346,10 +1340,8 @@ class _Lowering:
         return self.new("select", (where, fill, x), shape, dtype, final=True)
 
     def op_clamp(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
-        args, kwargs = fx_node.args, fx_node.kwargs
-        x = self.operand(args[0], dtype, shape)
-        lo = args[1] if len(args) > 1 else kwargs.get("min")
-        hi = args[2] if len(args) > 2 else kwargs.get("max")
+        x = self.operand(fx_node.args[0], dtype, shape)
+        lo, hi = _arg(fx_node, 1, "min"), _arg(fx_node, 2, "max")
         if lo is not None and hi is not None:
             lo_v, hi_v = self.operand(lo, dtype, shape), self.operand(hi, dtype, shape)
             return self.new("clamp", (lo_v, x, hi_v), shape, dtype, final=True)
@@ -1419,29 +1411,19 @@ class _Lowering:
         return out
 
     def reduction(self, fx_node: Any, shape: tuple[int, ...], dtype: str, op: str) -> int:
-        args, kwargs = fx_node.args, fx_node.kwargs
-        x = self.convert(self.tensor(args[0]), dtype)
-        dims = args[1] if len(args) > 1 else kwargs.get("dim")
-        return self.reduce(x, self.reduce_dims(x, dims), op, shape, dtype)
+        x = self.convert(self.tensor(fx_node.args[0]), dtype)
+        return self.reduce(x, self.reduce_dims(x, _arg(fx_node, 1, "dim")), op, shape, dtype)
 
-    def op_sum(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
-        return self.reduction(fx_node, shape, dtype, "sum")
-
-    def op_amax(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
-        return self.reduction(fx_node, shape, dtype, "max")
-
-    def op_amin(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
-        return self.reduction(fx_node, shape, dtype, "min")
-
-    def op_prod(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
-        return self.reduction(fx_node, shape, dtype, "prod")
+    op_sum = partialmethod(reduction, op="sum")
+    op_amax = partialmethod(reduction, op="max")
+    op_amin = partialmethod(reduction, op="min")
+    op_prod = partialmethod(reduction, op="prod")
 
     def extremum_along(self, fx_node: Any, op: str) -> tuple[int, int]:
         """`x.max(dim)`: (the values, a reduce over dim; the indices, which have no
         semantics here: attention with sinks keeps only the values)."""
-        args, kwargs = fx_node.args, fx_node.kwargs
-        x = self.tensor(args[0])
-        dim = int(args[1] if len(args) > 1 else kwargs.get("dim", 0)) % len(self.shape(x))
+        x = self.tensor(fx_node.args[0])
+        dim = int(_arg(fx_node, 1, "dim", 0)) % len(self.shape(x))
         values_meta, indices_meta = self.out_meta(fx_node)
         shape, dtype = self.shape_of(values_meta), _dtype_of(values_meta.dtype)
         values = self.reduce(self.convert(x, dtype), (dim,), op, shape, dtype)
@@ -1450,32 +1432,27 @@ class _Lowering:
         indices = self.new("opaque", (x,), index_shape, index_type, attrs)
         return values, indices
 
-    def op_max(self, fx_node: Any, shape: Any, dtype: Any) -> int:
+    def op_max(self, fx_node: Any, shape: Any, dtype: Any, op: str = "max") -> int:
         if len(fx_node.args) != 1:  # max.dim returns (values, indices)
-            raise _Unsupported("max.dim")
-        return self.reduction(fx_node, shape, dtype, "max")
+            raise _Unsupported(f"{op}.dim")
+        return self.reduction(fx_node, shape, dtype, op)
 
-    def op_min(self, fx_node: Any, shape: Any, dtype: Any) -> int:
-        if len(fx_node.args) != 1:
-            raise _Unsupported("min.dim")
-        return self.reduction(fx_node, shape, dtype, "min")
+    op_min = partialmethod(op_max, op="min")
 
     def op_cumsum(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
         """`x.cumsum(dim)`: the canonical prefix sum (PyTorch's own decomposition is a masked
         sum over a square mask, whose size grows with the square of the dim)."""
-        args, kwargs = fx_node.args, fx_node.kwargs
-        x = self.convert(self.tensor(args[0]), dtype)
+        x = self.convert(self.tensor(fx_node.args[0]), dtype)
         rank = len(self.shape(x))
         if not rank:  # a scalar's prefix sum is itself
             return x
-        dim = int(args[1] if len(args) > 1 else kwargs["dim"]) % rank
+        dim = int(fx_node.args[1] if len(fx_node.args) > 1 else fx_node.kwargs["dim"]) % rank
         return self.new("cumsum", (x,), shape, dtype, {"dim": dim}, final=True)
 
     def op_mean(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
         """mean = reduce sum, then divide by the number of reduced elements."""
-        args, kwargs = fx_node.args, fx_node.kwargs
-        x = self.convert(self.tensor(args[0]), dtype)
-        dims = self.reduce_dims(x, args[1] if len(args) > 1 else kwargs.get("dim"))
+        x = self.convert(self.tensor(fx_node.args[0]), dtype)
+        dims = self.reduce_dims(x, _arg(fx_node, 1, "dim"))
         count = math.prod(self.shape(x)[d] for d in dims)
         total = self.reduce(x, dims, "sum", shape, dtype)
         self.nodes[total].name = f"{fx_node.name}.sum"
@@ -1532,15 +1509,12 @@ class _Lowering:
         return x
 
     def softmax_parts(
-        self, fx_node: Any, shape: tuple[int, ...], dtype: str, log: bool = False
+        self, x: int, dim: int, shape: tuple[int, ...], dtype: str, log: bool = False
     ) -> tuple:
-        """(x - max, exp of it, the broadcast sum of the exps, or with `log` the broadcast
-        log of that sum: the log is taken before the broadcast, as hand-written
+        """(max of x over dim, x - max, exp of it, the sum of the exps, that sum broadcast
+        back; with `log` the sum's log: taken before the broadcast, as hand-written
         log-sum-exps (a vocab-parallel cross-entropy, `jax.nn.log_softmax`) take it)."""
-        x = self.convert(self.tensor(fx_node.args[0]), dtype)
-        rank = len(shape)
-        dim = int(fx_node.args[1]) % rank if rank else 0
-        rest = tuple(d for d in range(rank) if d != dim)
+        rest = tuple(d for d in range(len(shape)) if d != dim)
         reduced = tuple(shape[d] for d in rest)
         peak = self.new("reduce", (x,), reduced, dtype, {"dims": (dim,), "op": "max"})
         spread = self.new("broadcast", (peak,), shape, dtype, {"dims": rest})
@@ -1550,18 +1524,21 @@ class _Lowering:
         if log:
             total = self.new("log", (total,), reduced, dtype)
         denominator = self.new("broadcast", (total,), shape, dtype, {"dims": rest})
-        return shifted, e, denominator
+        return peak, shifted, e, total, denominator
 
-    def op_softmax(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
+    def op_softmax(
+        self, fx_node: Any, shape: tuple[int, ...], dtype: str, log: bool = False
+    ) -> int:
         """max-reduce, broadcast, sub, exp, sum-reduce, broadcast, div (as jax.nn.softmax)."""
-        _, e, denominator = self.softmax_parts(fx_node, shape, dtype)
+        x = self.convert(self.tensor(fx_node.args[0]), dtype)
+        dim = int(fx_node.args[1]) % len(shape) if shape else 0
+        _, shifted, e, _, denominator = self.softmax_parts(x, dim, shape, dtype, log)
+        if log:
+            return self.new("sub", (shifted, denominator), shape, dtype, final=True)
         return self.new("div", (e, denominator), shape, dtype, final=True)
 
     op__softmax = op_softmax
-
-    def op_log_softmax(self, fx_node: Any, shape: tuple[int, ...], dtype: str) -> int:
-        shifted, _, log = self.softmax_parts(fx_node, shape, dtype, log=True)
-        return self.new("sub", (shifted, log), shape, dtype, final=True)
+    op_log_softmax = partialmethod(op_softmax, log=True)
 
     op__log_softmax = op_log_softmax
 
@@ -1707,14 +1684,8 @@ class _Lowering:
     def softmax_with_lse(self, x: int, dtype: str) -> tuple[int, int]:
         """(softmax of x over its last dim, its log-sum-exp)."""
         shape = self.shape(x)
-        rank = len(shape)
-        rest = tuple(range(rank - 1))
         reduced = shape[:-1]
-        peak = self.new("reduce", (x,), reduced, dtype, {"dims": (rank - 1,), "op": "max"})
-        spread = self.new("broadcast", (peak,), shape, dtype, {"dims": rest})
-        e = self.new("exp", (self.new("sub", (x, spread), shape, dtype),), shape, dtype)
-        total = self.new("reduce", (e,), reduced, dtype, {"dims": (rank - 1,), "op": "sum"})
-        denominator = self.new("broadcast", (total,), shape, dtype, {"dims": rest})
+        peak, _, e, total, denominator = self.softmax_parts(x, len(shape) - 1, shape, dtype)
         probs = self.new("div", (e, denominator), shape, dtype)
         lse = self.new("add", (peak, self.new("log", (total,), reduced, dtype)), reduced, dtype)
         return probs, lse
@@ -1748,11 +1719,8 @@ class _Lowering:
     def op_topk(self, fx_node: Any, shape: Any, dtype: Any) -> tuple[int, int]:
         """(values, indices) of the k largest (or smallest) entries along the last dim, as
         two `top_k` nodes (HLO's `topk` reads the same). Another dim stays opaque."""
-        args, kwargs = fx_node.args, fx_node.kwargs
-        x = self.tensor(args[0])
-        k = int(args[1])
-        dim = args[2] if len(args) > 2 else kwargs.get("dim", -1)
-        largest = args[3] if len(args) > 3 else kwargs.get("largest", True)
+        x, k = self.tensor(fx_node.args[0]), int(fx_node.args[1])
+        dim, largest = _arg(fx_node, 2, "dim", -1), _arg(fx_node, 3, "largest", True)
         rank = len(self.shape(x))
         if int(dim) % rank != rank - 1:
             raise _Unsupported("topk along another dim than the last")
@@ -1816,44 +1784,22 @@ class _Lowering:
     def group_size(self, group: Any) -> int | None:
         """The size of a process group named in the graph: recorded in the file, else a
         live group of that name in this process, else None."""
-        name = str(group)
-        if name in self.group_sizes:
-            return int(self.group_sizes[name])
-        try:
-            import torch.distributed as dist
-
-            if dist.is_available() and dist.is_initialized():
-                from torch.distributed.distributed_c10d import _resolve_process_group
-
-                return int(_resolve_process_group(name).size())
-        except Exception:  # noqa: BLE001 - an unknown name: the caller keeps the op opaque
-            return None
-        return None
+        if str(group) in self.group_sizes:
+            return int(self.group_sizes[str(group)])
+        return _live_group(group, lambda dist, g: int(g.size()))
 
     def group_ranks(self, group: Any) -> tuple[int, ...] | None:
         """The global ranks of this device's process group named in the graph (its peers
         along one mesh dim of several: {0, 2} for the first dim of a 2 x 2 mesh), when a live
         group of that name is in this process; None otherwise."""
-        try:
-            import torch.distributed as dist
-            from torch.distributed.distributed_c10d import _resolve_process_group
-
-            if not (dist.is_available() and dist.is_initialized()):
-                return None
-            return tuple(dist.get_process_group_ranks(_resolve_process_group(str(group))))
-        except Exception:  # noqa: BLE001 - an unknown name: the group is read by its size
-            return None
+        return _live_group(group, lambda dist, g: tuple(dist.get_process_group_ranks(g)))
 
     def collective(self, fx_node: Any, name: str) -> Any:
-        args, kwargs = fx_node.args, fx_node.kwargs
+        args, arg = fx_node.args, partial(_arg, fx_node)
         if name == "wait_tensor":
             return self.tensor(args[0])
         op_name = f"{_op_name(fx_node.target)[0]}.{name}"
         shape, dtype = self.out_type(fx_node)
-
-        def arg(i: int, key: str) -> Any:
-            return args[i] if len(args) > i else kwargs.get(key)
-
         if name == "all_reduce":
             reduce_op = str(arg(1, "reduceOp")).lower()
             size = self.group_size(arg(2, "group_name"))
@@ -2123,11 +2069,12 @@ class _Lowering:
                 return False
         return True
 
-    def script_object(self, arg: Any) -> Any:
-        if not self.is_node(arg) or arg.op != "get_attr":
+    def attribute(self, fx_node: Any) -> Any:
+        """What a `get_attr` node reads of the graph module (None for anything else)."""
+        if not self.is_node(fx_node) or fx_node.op != "get_attr":
             return None
         obj: Any = self.gm
-        for part in str(arg.target).split("."):
+        for part in str(fx_node.target).split("."):
             obj = getattr(obj, part, None)
         return obj
 
@@ -2135,7 +2082,7 @@ class _Lowering:
         try:
             from torch._C._distributed_c10d import ProcessGroup
 
-            return int(ProcessGroup.unbox(self.script_object(arg)).size())
+            return int(ProcessGroup.unbox(self.attribute(arg)).size())
         except Exception:  # noqa: BLE001 - not a process group object: unresolved
             return None
 
@@ -2144,13 +2091,13 @@ class _Lowering:
             import torch.distributed as dist
             from torch._C._distributed_c10d import ProcessGroup
 
-            return tuple(dist.get_process_group_ranks(ProcessGroup.unbox(self.script_object(arg))))
+            return tuple(dist.get_process_group_ranks(ProcessGroup.unbox(self.attribute(arg))))
         except Exception:  # noqa: BLE001 - not a process group object: read by its size
             return None
 
     def reduce_op_of(self, arg: Any) -> str:
         try:
-            code = self.script_object(arg).op()
+            code = self.attribute(arg).op()
         except Exception:  # noqa: BLE001 - not a ReduceOp object
             code = None
         if code not in _C10D_REDUCE_OPS:
@@ -2194,7 +2141,7 @@ class _Lowering:
         if not _is_aten(arg, "cat") or not arg.args:
             return None
         parts = arg.args[0]
-        cat_dim = arg.args[1] if len(arg.args) > 1 else arg.kwargs.get("dim", 0)
+        cat_dim = _arg(arg, 1, "dim", 0)
         chunks = _chunks_of(parts)
         if chunks is None or len(parts) != size or cat_dim % len(_shape_of_fx(arg)) != 0:
             return None
@@ -2207,7 +2154,7 @@ class _Lowering:
         if _collective(node) == "wait_tensor":
             node = node.args[0]
         if _collective(node) == "all_gather_into_tensor":
-            size = _gather_size(node)
+            size = _arg(node, 1, "group_size")
             return (node, node.args[0], int(size)) if size is not None else None
         if getattr(node, "target", None) is operator.getitem and node.args[1] == 0:
             base = node.args[0]
@@ -2254,10 +2201,7 @@ class _Lowering:
         collective, gathered, size = source
         x = self.tensor(gathered)
         at = _GROUP_ARG["all_gather_into_tensor"]  # (the gather the source was read from)
-        args = collective.args
-        ranks = self.group_ranks(
-            args[at] if len(args) > at else collective.kwargs.get("group_name")
-        )
+        ranks = self.group_ranks(_arg(collective, at, "group_name"))
         out = self.emit_collective(
             "all_gather", x, shape, self.dtype(x), size, dim=dim, ranks=ranks
         )
@@ -2280,6 +2224,21 @@ class _Lowering:
         )
 
 
+def _live_group(name: Any, read: Any) -> Any:
+    """`read(torch.distributed, group)` of the live process group named `name` in this
+    process; None when there is none (an unknown name: the op is read by its group's size,
+    or stays opaque)."""
+    try:
+        import torch.distributed as dist
+        from torch.distributed.distributed_c10d import _resolve_process_group
+
+        if dist.is_available() and dist.is_initialized():
+            return read(dist, _resolve_process_group(str(name)))
+    except Exception:  # noqa: BLE001 - an unknown name
+        pass
+    return None
+
+
 def _is_aten(node: Any, *names: str) -> bool:
     """Whether an FX node calls one of the ATen ops `names` (any overload)."""
     if getattr(node, "op", None) != "call_function":
@@ -2294,11 +2253,6 @@ def _collective(node: Any) -> str:
         return ""
     namespace, name, _ = _op_name(node.target)
     return name if namespace in _COLLECTIVE_NAMESPACES else ""
-
-
-def _gather_size(node: Any) -> Any:
-    """The group size an `all_gather_into_tensor` FX node names."""
-    return node.args[1] if len(node.args) > 1 else node.kwargs.get("group_size")
 
 
 def _shape_of_fx(node: Any) -> tuple[int, ...]:
@@ -2323,8 +2277,7 @@ def _chunks_of(parts: Any) -> tuple[Any, int] | None:
     pieces = split.meta.get("val")
     if not isinstance(pieces, (list, tuple)) or len(pieces) != len(parts):
         return None
-    dim = split.args[2] if len(split.args) > 2 else split.kwargs.get("dim", 0)
-    dim = int(dim) % len(pieces[0].shape)
+    dim = int(_arg(split, 2, "dim", 0)) % len(pieces[0].shape)
     if len({int(piece.shape[dim]) for piece in pieces}) != 1:
         return None
     return split.args[0], dim
@@ -2356,14 +2309,10 @@ def _writes_in_place(schema: Any) -> bool:
     return schema.name.endswith("_") or (first is not None and first.before_set == info.before_set)
 
 
-def _slice_args(node: Any) -> tuple[Any, Any, Any, Any]:
+def _slice_args(node: Any) -> tuple[Any, ...]:
     """(dim, start, end, step) of an `aten.slice` node, defaults filled in."""
-    args, kwargs = node.args, node.kwargs
-    names, defaults = ("dim", "start", "end", "step"), (0, None, None, 1)
-    return tuple(  # type: ignore[return-value]
-        args[i + 1] if len(args) > i + 1 else kwargs.get(name, default)
-        for i, (name, default) in enumerate(zip(names, defaults, strict=True))
-    )
+    given = zip(("dim", "start", "end", "step"), (0, None, None, 1), strict=True)
+    return tuple(_arg(node, i, name, d) for i, (name, d) in enumerate(given, 1))
 
 
 def _in_place(node: Any) -> bool:
@@ -2416,7 +2365,7 @@ def _contiguous_whole(node: Any) -> bool:
         return False
     base = getattr(node.args[0], "meta", {}).get("val")
     size, stride = list(node.args[1]), list(node.args[2])
-    offset = node.args[3] if len(node.args) > 3 else node.kwargs.get("storage_offset", 0)
+    offset = _arg(node, 3, "storage_offset", 0)
     if base is None or offset not in (0, None):
         return False
     expected, step = [], 1

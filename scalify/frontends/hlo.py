@@ -13,6 +13,7 @@ from __future__ import annotations
 import gc
 import re
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -136,12 +137,19 @@ _NAME_SUFFIX_RE = re.compile(r"\.\d+$")
 _Value = Any
 
 
-def _tiles(global_dims: tuple[int, ...], local_dims: tuple[int, ...]) -> tuple[int, ...]:
-    """Blocks per dim of a value cut from `global_dims` into `local_dims` pieces."""
-    return tuple(
+def _tiling(
+    global_dims: tuple[int, ...], local_dims: tuple[int, ...], axes_per_value: list, j: int
+) -> TileSharding:
+    """The tiling of the j-th value cut from `global_dims` into `local_dims` pieces (blocks
+    per dim), over the mesh axes Shardy names for it when they are one per dim."""
+    tiles = tuple(
         whole // part if part > 0 else 1
         for whole, part in zip(global_dims, local_dims, strict=True)
     )
+    axes = axes_per_value[j] if j < len(axes_per_value) else None
+    if axes is not None and len(axes) != len(tiles):
+        axes = None
+    return TileSharding(tiles=tiles, axes=axes, replicated=all(t == 1 for t in tiles))
 
 
 class _Lowering:
@@ -160,6 +168,8 @@ class _Lowering:
         self.active: set[str] = set()
         self.meta_cache: dict[str, tuple[SourceLoc | None, str, dict[str, str]]] = {}
         self.frame_cache: dict[int, SourceLoc | None] = {}
+        # (instruction, source location, framework op) of the instruction being lowered
+        self.at: tuple[_Instr, SourceLoc | None, str] | Any = None
         self._read_tables()
 
     # ---- errors and raw text
@@ -366,16 +376,14 @@ class _Lowering:
                     order.append(ins)
         return order
 
-    def conditional(
-        self, ins: _Instr, vals: list[_Value], shape: _Array, loc: SourceLoc | None, fop: str
-    ) -> _Value:
+    def conditional(self, ins: _Instr, vals: list[_Value], shape: _Array) -> _Value:
         """HLO `conditional` with one array result: every branch lowered on its operand, and
         the result picked by the predicate (`true_computation`/`false_computation`) or the
         branch index (`branch_computations`; an index out of range picks the last branch).
         Branches are pure, so this is exact; where the index folds to a literal (JAX's
         `lax.cond` on a configuration value), literal folding keeps the branch taken."""
         if any(not isinstance(v, int) for v in vals):
-            return self.opaque(ins, vals, loc, fop)
+            return self.opaque(vals)
         index, operands = vals[0], vals[1:]
         if self.attr(ins, "branch_computations") is not None:
             names = (self.attr(ins, "branch_computations") or "").strip().strip("{}").split(",")
@@ -388,9 +396,11 @@ class _Lowering:
             raise self.error(f"conditional: {missing[0]} names no computation", ins.token)
         if len(branches) != len(operands):
             raise self.error("conditional: one operand per branch computation expected", ins.token)
-        results = [self.evaluate(b, [o], loc) for b, o in zip(branches, operands, strict=True)]
+        results = [
+            self.evaluate(b, [o], self.at[1]) for b, o in zip(branches, operands, strict=True)
+        ]
         if any(not isinstance(r, int) for r in results):
-            return self.opaque(ins, vals, loc, fop)
+            return self.opaque(vals)
         predicate = self.nodes[index]
         picked = results[-1]
         for k in range(len(results) - 2, -1, -1):
@@ -398,13 +408,13 @@ class _Lowering:
                 chosen = index  # true_computation is branch 0
             else:
                 scalar = _Array(predicate.dtype, ())
-                k_id = self.new("constant", (), scalar, {"value": str(k)}, ins, loc, fop)
+                k_id = self.new("constant", (), scalar, {"value": str(k)})
                 eq = {"direction": "EQ"}
-                chosen = self.new("compare", (index, k_id), _Array("pred", ()), eq, ins, loc, fop)
+                chosen = self.new("compare", (index, k_id), _Array("pred", ()), eq)
             if shape.dims:
                 spread = _Array("pred", shape.dims)
-                chosen = self.new("broadcast", (chosen,), spread, {"dims": ()}, ins, loc, fop)
-            picked = self.new("select", (chosen, results[k], picked), shape, {}, ins, loc, fop)
+                chosen = self.new("broadcast", (chosen,), spread, {"dims": ()})
+            picked = self.new("select", (chosen, results[k], picked), shape, {})
         return picked
 
     def called(self, ins: _Instr, key: str) -> _Comp:
@@ -419,31 +429,18 @@ class _Lowering:
 
     # ---- node creation
 
-    def new(
-        self,
-        op: str,
-        operands: tuple[int, ...],
-        arr: _Array,
-        attrs: dict[str, Any],
-        ins: _Instr,
-        loc: SourceLoc | None,
-        fop: str,
-    ) -> int:
+    def new(self, op: str, operands: tuple[int, ...], arr: _Array, attrs: dict[str, Any]) -> int:
+        """A node of the instruction being lowered (`self.at`): its name, location and op."""
+        ins, loc, fop = self.at
         node_id = len(self.nodes)
         self.nodes.append(
             Node(node_id, op, operands, arr.dims, arr.dtype, attrs, loc, ins.name, fop)
         )
         return node_id
 
-    def opaque(
-        self,
-        ins: _Instr,
-        vals: list[_Value],
-        loc: SourceLoc | None,
-        fop: str,
-        extra: dict[str, Any] | None = None,
-    ) -> _Value:
+    def opaque(self, vals: list[_Value], extra: dict[str, Any] | None = None) -> _Value:
         """An instruction Scalify does not interpret: operands kept, one node per result leaf."""
+        ins = self.at[0]
         operands: list[int] = []
         for v in vals:
             operands.extend(_leaves(v, int))
@@ -454,7 +451,7 @@ class _Lowering:
         def build(shape: _Shape, path: tuple[int, ...]) -> _Value:
             if isinstance(shape, _Array):
                 leaf_attrs = dict(attrs, tuple_index=path) if path else dict(attrs)
-                return self.new("opaque", tuple(operands), shape, leaf_attrs, ins, loc, fop)
+                return self.new("opaque", tuple(operands), shape, leaf_attrs)
             return tuple(build(s, path + (i,)) for i, s in enumerate(shape))
 
         return build(ins.shape, ())
@@ -476,6 +473,7 @@ class _Lowering:
         if comp.name in self.active:
             raise self.error(f"computation '{comp.name}' calls itself", comp.token)
         self.active.add(comp.name)
+        outer = self.at  # the instruction that calls `comp`, lowered on after it
         env: dict[str, _Value] = {}
         for ins in comp.order:
             try:
@@ -487,6 +485,7 @@ class _Lowering:
                     f"cannot read {ins.opcode} '{ins.name}': {exc}", ins.token
                 ) from None
         self.active.discard(comp.name)
+        self.at = outer
         assert comp.root is not None
         return env[comp.root.name]
 
@@ -502,12 +501,13 @@ class _Lowering:
         loc, fop, fields = self.meta(ins)
         if loc is None:
             loc = inherited
+        self.at = (ins, loc, fop)
         shape = ins.shape
 
         if opcode == "parameter":
             (number,) = _ints(self.raw_args(ins))  # checked when the computation was indexed
             if args is None:
-                return self.entry_parameter(ins, number, loc, fop)
+                return self.entry_parameter(ins, number)
             if number >= len(args):
                 raise self.error(f"parameter({number}) but only {len(args)} operands", ins.token)
             return args[number]
@@ -529,35 +529,35 @@ class _Lowering:
             if src.dtype == shape.dtype:
                 if src.shape == shape.dims:
                     return vals[0]
-                return self.new("reshape", (vals[0],), shape, {}, ins, loc, fop)
-            return self.opaque(ins, vals, loc, fop)
+                return self.new("reshape", (vals[0],), shape, {})
+            return self.opaque(vals)
         if opcode == "custom-call":
-            return self.custom_call(ins, vals, loc, fop)
+            return self.custom_call(ins, vals)
         if opcode == "while" and len(vals) == 1:
-            return self.while_loop(ins, vals[0], loc, fop)
+            return self.while_loop(ins, vals[0])
         if opcode == "conditional" and isinstance(shape, _Array):
-            return self.conditional(ins, vals, shape, loc, fop)
+            return self.conditional(ins, vals, shape)
         if any(not isinstance(v, int) for v in vals):
-            return self.opaque(ins, vals, loc, fop)
+            return self.opaque(vals)
         if opcode in _COLLECTIVES:
-            return self.collective(ins, vals, loc, fop)
+            return self.collective(ins, vals)
         if opcode == "gather" and len(vals) == 2 and isinstance(shape, _Array):
-            return self.gather(ins, vals, shape, loc, fop)
+            return self.gather(ins, vals, shape)
         if opcode == "scatter" and len(vals) == 3 and isinstance(shape, _Array):
-            return self.scatter(ins, vals, shape, loc, fop)
+            return self.scatter(ins, vals, shape)
         if opcode == "topk" and len(_leaves(shape, _Array)) == 2 and len(vals) == 1:
-            return self.top_k(ins, vals[0], loc, fop)
+            return self.top_k(ins, vals[0])
         if opcode == "sort" and (descending := self.sort_direction(ins)) is not None:
-            return self.sort(ins, vals, descending, loc, fop)
+            return self.sort(ins, vals, descending)
         if not isinstance(shape, _Array):
-            return self.opaque(ins, vals, loc, fop)
+            return self.opaque(vals)
         operands = tuple(vals)
 
         canonical = _RENAMED_ELEMENTWISE.get(opcode)
         if canonical is None and opcode in PLAIN_ELEMENTWISE:
             canonical = opcode
         if canonical is not None:
-            return self.new(canonical, operands, shape, {}, ins, loc, fop)
+            return self.new(canonical, operands, shape, {})
         attrs: dict[str, Any]
         if opcode == "convert":
             attrs = {"dtype": shape.dtype}
@@ -569,9 +569,9 @@ class _Lowering:
                 for key in ("lhs_contracting", "rhs_contracting", "lhs_batch", "rhs_batch")
             }
         elif opcode == "reduce":
-            return self.reduce(ins, vals, loc, fop)
+            return self.reduce(ins, vals)
         elif opcode == "reduce-window":
-            return self.prefix_sum(ins, vals, loc, fop)
+            return self.prefix_sum(ins, vals)
         elif opcode == "broadcast":
             attrs = {"dims": _ints(self.attr(ins, "dimensions") or "")}
         elif opcode == "reshape":
@@ -596,12 +596,12 @@ class _Lowering:
         elif opcode == "constant":
             attrs = {"value": _literal(self.raw_args(ins))}
         elif opcode in ("partition-id", "replica-id"):
-            return self.new("rank_index", operands, shape, {"kind": opcode[:-3]}, ins, loc, fop)
+            return self.new("rank_index", operands, shape, {"kind": opcode[:-3]})
         else:
-            return self.opaque(ins, vals, loc, fop)
-        return self.new(opcode, operands, shape, attrs, ins, loc, fop)
+            return self.opaque(vals)
+        return self.new(opcode, operands, shape, attrs)
 
-    def while_loop(self, ins: _Instr, init: _Value, loc: SourceLoc | None, fop: str) -> _Value:
+    def while_loop(self, ins: _Instr, init: _Value) -> _Value:
         """A loop with a static trip count (a counter from a constant, +1 per iteration, while
         below a constant: what `lax.scan`, `fori_loop` and torch-xla's loops lower to) is
         unrolled: its body is lowered once per iteration, so the layers of a scanned stack
@@ -610,10 +610,10 @@ class _Lowering:
         cond, body = self.called(ins, "condition"), self.called(ins, "body")
         trip = self.trip_count(cond, body, init)
         if trip is None or trip * self.lowered_size(body) > MAX_UNROLLED_INSTRUCTIONS:
-            return self.opaque(ins, [init], loc, fop)
+            return self.opaque([init])
         carried = init
         for _ in range(trip):
-            carried = self.evaluate(body, [carried], loc)
+            carried = self.evaluate(body, [carried], self.at[1])
         return carried
 
     def lowered_size(self, comp: _Comp, seen: frozenset[str] = frozenset()) -> int:
@@ -701,7 +701,7 @@ class _Lowering:
         counts = Counter(chosen.values())
         return {ins: (name if counts[name] == 1 else ins, name) for ins, name in chosen.items()}
 
-    def entry_parameter(self, ins: _Instr, number: int, loc: SourceLoc | None, fop: str) -> _Value:
+    def entry_parameter(self, ins: _Instr, number: int) -> _Value:
         name, pairing = self.entry_names[ins.name]
         sharding_raw = self.attr(ins, "sharding")
         shardings = _hlo_sharding(sharding_raw, ins.shape) if sharding_raw else []
@@ -717,7 +717,7 @@ class _Lowering:
                     attrs["pairing_name"] = pairing + leaf_path
                 if path:
                     attrs["tuple_index"] = path
-                node = self.new("parameter", (), shape, attrs, ins, loc, fop)
+                node = self.new("parameter", (), shape, attrs)
                 self.entry_params[node] = (number, path)
                 if leaf < len(shardings) and shardings[leaf] is not None:
                     self.input_shardings[node] = shardings[leaf]
@@ -739,23 +739,15 @@ class _Lowering:
             return None
         return op
 
-    def top_k(self, ins: _Instr, x: int, loc: SourceLoc | None, fop: str) -> _Value:
+    def top_k(self, ins: _Instr, x: int) -> _Value:
         """HLO `topk`: the k largest (or smallest) entries along the last dim, and their
         indices, as two `top_k` nodes (`part` 0 and 1)."""
         k = _ints(self.attr(ins, "k") or "")
         largest = self.attr(ins, "largest") != "false"
-        values, indices = _leaves(ins.shape, _Array)
+        attrs = {"k": k[0] if k else 0, "largest": largest}
         return tuple(
-            self.new(
-                "top_k",
-                (x,),
-                leaf,
-                {"k": k[0] if k else 0, "largest": largest, "part": part},
-                ins,
-                loc,
-                fop,
-            )
-            for part, leaf in enumerate((values, indices))
+            self.new("top_k", (x,), leaf, {**attrs, "part": part})
+            for part, leaf in enumerate(_leaves(ins.shape, _Array))
         )
 
     def sort_direction(self, ins: _Instr) -> bool | None:
@@ -803,9 +795,7 @@ class _Lowering:
         (number,) = _ints(self.raw_args(ins)) or [None]
         return number
 
-    def sort(
-        self, ins: _Instr, vals: list[int], descending: bool, loc: SourceLoc | None, fop: str
-    ) -> _Value:
+    def sort(self, ins: _Instr, vals: list[int], descending: bool) -> _Value:
         """HLO `sort` along `dimensions`: one `sort` node per operand (`part`), each reading
         every operand, since all are put in the order of the first."""
         dims = _ints(self.attr(ins, "dimensions") or "")
@@ -816,24 +806,14 @@ class _Lowering:
                 f"{len(leaves[0].dims)}; found dimensions={{{','.join(map(str, dims))}}}",
                 ins.token,
             )
-        (dim,) = dims
+        attrs = {"dim": dims[0], "descending": descending}
         nodes = tuple(
-            self.new(
-                "sort",
-                tuple(vals),
-                leaf,
-                {"dim": dim, "descending": descending, "part": part},
-                ins,
-                loc,
-                fop,
-            )
+            self.new("sort", tuple(vals), leaf, {**attrs, "part": part})
             for part, leaf in enumerate(leaves)
         )
         return nodes[0] if isinstance(ins.shape, _Array) else nodes
 
-    def gather(
-        self, ins: _Instr, vals: list[int], shape: _Array, loc: SourceLoc | None, fop: str
-    ) -> _Value:
+    def gather(self, ins: _Instr, vals: list[int], shape: _Array) -> _Value:
         """HLO `gather` in the two forms lookups lower to: whole slices of a table along one dim
         (`take`: jnp.take, x[idx], an embedding) and one entry per row along a dim
         (`take_along`: take_along_axis, torch.gather). HLO clamps every index into range, and
@@ -856,33 +836,27 @@ class _Lowering:
             form = _gather_form(fields, table.shape, index_shape, shape.dims)
         if index_shape != index.shape:  # a unit dim for each new batching dim
             reshaped = _Array(index.dtype, index_shape)
-            vals = [vals[0], self.new("reshape", (vals[1],), reshaped, {}, ins, loc, fop)]
+            vals = [vals[0], self.new("reshape", (vals[1],), reshaped, {})]
         if form is None:
             attrs: dict[str, Any] = dict(fields)
             attrs["index_vector_dim"] = fields["index_vector_dim"][0]
-            return self.new("gather", tuple(vals), shape, attrs, ins, loc, fop)
+            return self.new("gather", tuple(vals), shape, attrs)
         op, dim, batch_shape, perm = form
         index_id = vals[1]
         if batch_shape != index_shape:  # drop the index vector dim (of size 1)
-            index_id = self.new(
-                "reshape", (index_id,), _Array(index.dtype, batch_shape), {}, ins, loc, fop
-            )
+            index_id = self.new("reshape", (index_id,), _Array(index.dtype, batch_shape), {})
         if perm is None:
-            return self.new(op, (vals[0], index_id), shape, {"dim": dim}, ins, loc, fop)
+            return self.new(op, (vals[0], index_id), shape, {"dim": dim})
         canonical = tuple(shape.dims[perm.index(i)] for i in range(len(perm)))
-        taken = self.new(
-            op, (vals[0], index_id), _Array(shape.dtype, canonical), {"dim": dim}, ins, loc, fop
-        )
-        return self.new("transpose", (taken,), shape, {"perm": perm}, ins, loc, fop)
+        taken = self.new(op, (vals[0], index_id), _Array(shape.dtype, canonical), {"dim": dim})
+        return self.new("transpose", (taken,), shape, {"perm": perm})
 
-    def scatter(
-        self, ins: _Instr, vals: list[int], shape: _Array, loc: SourceLoc | None, fop: str
-    ) -> _Value:
+    def scatter(self, ins: _Instr, vals: list[int], shape: _Array) -> _Value:
         """HLO `scatter` of one operand: `scatter` with HLO's dims and the combiner (`sum`,
         `max`, `min`, `prod`, or `replace` when it returns the update); others are opaque."""
         op = self.reducer(ins) or ("replace" if self._returns_update(ins) else None)
         if op is None:
-            return self.opaque(ins, vals, loc, fop)
+            return self.opaque(vals)
         attrs: dict[str, Any] = {key: _ints(self.attr(ins, key) or "") for key in _SCATTER_FIELDS}
         operand, index = (self.nodes[v].shape for v in vals[:2])
         attrs["index_vector_dim"] = _vector_dim(attrs["index_vector_dim"], index)
@@ -896,12 +870,10 @@ class _Lowering:
         updates = self.nodes[vals[2]].shape
         k = _rows_added_form(attrs, operand, index, updates)
         if op == "sum" and k is not None:
-            return self.rows_added(ins, vals, k, shape, loc, fop)
-        return self.new("scatter", tuple(vals), shape, attrs, ins, loc, fop)
+            return self.rows_added(ins, vals, k, shape)
+        return self.new("scatter", tuple(vals), shape, attrs)
 
-    def rows_added(
-        self, ins: _Instr, vals: list[int], k: int, shape: _Array, loc: SourceLoc | None, fop: str
-    ) -> _Value:
+    def rows_added(self, ins: _Instr, vals: list[int], k: int, shape: _Array) -> _Value:
         """A scatter-add of whole rows (an embedding's gradient, as `jax.grad` of a lookup
         writes it): `x + one_hot(i)^T u`, the one-hot over x's rows contracted with the
         updates over the k index dims. Exact: an index outside the rows, which the scatter
@@ -911,10 +883,10 @@ class _Lowering:
         batch = index.shape[:k]
         if batch != index.shape:  # drop the index vector dim (of size 1)
             batch_arr = _Array(index.dtype, batch)
-            index_id = self.new("reshape", (index_id,), batch_arr, {}, ins, loc, fop)
+            index_id = self.new("reshape", (index_id,), batch_arr, {})
 
         def emit(op: str, operands: tuple[int, ...], dims, dtype: str, attrs) -> int:
-            return self.new(op, operands, _Array(dtype, dims), attrs, ins, loc, fop)
+            return self.new(op, operands, _Array(dtype, dims), attrs)
 
         return rows_added(emit, x, index_id, batch, index.dtype, updates, shape.dims, shape.dtype)
 
@@ -925,7 +897,7 @@ class _Lowering:
             root is not None and root.opcode == "parameter" and _ints(self.raw_args(root)) == (1,)
         )
 
-    def prefix_sum(self, ins: _Instr, vals: list[int], loc: SourceLoc | None, fop: str) -> _Value:
+    def prefix_sum(self, ins: _Instr, vals: list[int]) -> _Value:
         """`reduce-window` as `jnp.cumsum` lowers it (a sum over a window as long as one dim,
         padded before by its length minus one, stride 1) is `cumsum` along that dim; a window
         of one element is a `cumsum` along a dim of size 1; any other window stays opaque."""
@@ -939,7 +911,7 @@ class _Lowering:
             or not isinstance(ins.shape, _Array)
             or not _is_identity(self.nodes[vals[1]], "sum")
         ):
-            return self.opaque(ins, vals, loc, fop)
+            return self.opaque(vals)
         dims = ins.shape.dims
         long = [d for d, n in enumerate(sizes) if n != 1]
         flat = all(tuple(p) == (0, 0) for p in pads) and all(n == 1 for n in strides)
@@ -949,7 +921,7 @@ class _Lowering:
             units = [d for d, n in enumerate(dims) if n == 1]
             if not units:
                 return vals[0]
-            return self.new("cumsum", (vals[0],), ins.shape, {"dim": units[0]}, ins, loc, fop)
+            return self.new("cumsum", (vals[0],), ins.shape, {"dim": units[0]})
         if (
             len(sizes) != len(dims)
             or len(long) != 1
@@ -958,19 +930,19 @@ class _Lowering:
             or [tuple(p) for p in pads]
             != [(sizes[d] - 1, 0) if d == long[0] else (0, 0) for d in range(len(dims))]
         ):
-            return self.opaque(ins, vals, loc, fop)
-        return self.new("cumsum", (vals[0],), ins.shape, {"dim": long[0]}, ins, loc, fop)
+            return self.opaque(vals)
+        return self.new("cumsum", (vals[0],), ins.shape, {"dim": long[0]})
 
-    def reduce(self, ins: _Instr, vals: list[int], loc: SourceLoc | None, fop: str) -> _Value:
+    def reduce(self, ins: _Instr, vals: list[int]) -> _Value:
         op = self.reducer(ins)
         if len(vals) != 2 or op is None or not isinstance(ins.shape, _Array):
-            return self.opaque(ins, vals, loc, fop)
+            return self.opaque(vals)
         x, init = vals
         operands = (x,) if _is_identity(self.nodes[init], op) else (x, init)
         attrs = {"dims": _ints(self.attr(ins, "dimensions") or ""), "op": op}
-        return self.new("reduce", operands, ins.shape, attrs, ins, loc, fop)
+        return self.new("reduce", operands, ins.shape, attrs)
 
-    def collective(self, ins: _Instr, vals: list[int], loc: SourceLoc | None, fop: str) -> _Value:
+    def collective(self, ins: _Instr, vals: list[int]) -> _Value:
         """One canonical node per operand (tuple forms split), sharing the attributes."""
         kind = _COLLECTIVES[ins.opcode]
         shape = ins.shape
@@ -993,12 +965,12 @@ class _Lowering:
         if kind in ("all_reduce", "reduce_scatter"):
             op = self.reducer(ins)
             if op is None:
-                return self.opaque(ins, vals, loc, fop)
+                return self.opaque(vals)
             attrs["op"] = op
         if kind in ("all_gather", "reduce_scatter", "all_to_all"):
             dims = _ints(self.attr(ins, "dimensions") or "")
             if not dims:
-                return self.opaque(ins, vals, loc, fop)  # e.g. the tuple form of all-to-all
+                return self.opaque(vals)  # e.g. the tuple form of all-to-all
             attrs["dim"] = dims[0]
         if kind == "all_to_all":
             for key, name in (("split_dimension", "split_dim"), ("concat_dimension", "concat_dim")):
@@ -1007,18 +979,13 @@ class _Lowering:
                     attrs[name] = _ints(raw)[0]
         if isinstance(shape, _Array):
             if len(vals) != 1:
-                return self.opaque(ins, vals, loc, fop)
-            return self.new(kind, (vals[0],), shape, attrs, ins, loc, fop)
+                return self.opaque(vals)
+            return self.new(kind, (vals[0],), shape, attrs)
         if len(shape) != len(vals) or not all(isinstance(s, _Array) for s in shape):
-            return self.opaque(ins, vals, loc, fop)
-        return tuple(
-            self.new(kind, (v,), s, dict(attrs), ins, loc, fop)
-            for v, s in zip(vals, shape, strict=True)
-        )
+            return self.opaque(vals)
+        return tuple(self.new(kind, (v,), s, dict(attrs)) for v, s in zip(vals, shape, strict=True))
 
-    def custom_call(
-        self, ins: _Instr, vals: list[_Value], loc: SourceLoc | None, fop: str
-    ) -> _Value:
+    def custom_call(self, ins: _Instr, vals: list[_Value]) -> _Value:
         target = _unquote(self.attr(ins, "custom_call_target") or "")
         if target in _IDENTITY_TARGETS:
             if target == "xla.sdy.LocalToGlobalShape":
@@ -1042,23 +1009,21 @@ class _Lowering:
                 return value
             return tuple(vals)
         if target == "xla.sdy.GlobalToLocalShape":
-            return self.global_to_local(ins, vals, loc, fop)
-        return self.opaque(ins, vals, loc, fop, {"target": target})
+            return self.global_to_local(ins, vals)
+        return self.opaque(vals, {"target": target})
 
     def _sdy_attr(self, ins: _Instr, key: str) -> list[tuple[tuple[str, ...], ...]]:
         raw = self.attr(ins, "frontend_attributes")
         value = _frontend_attr(raw, key) if raw else None
         return _sdy_shardings(value) if value else []
 
-    def global_to_local(
-        self, ins: _Instr, vals: list[_Value], loc: SourceLoc | None, fop: str
-    ) -> _Value:
+    def global_to_local(self, ins: _Instr, vals: list[_Value]) -> _Value:
         """shard_map entry: an entry parameter seen through GlobalToLocalShape becomes a
         parameter of the local shape, with its tiling and mesh axes recorded."""
         locals_ = _leaves(ins.shape, _Array)
         axes_per_value = self._sdy_attr(ins, "xla.sdy.in_shardings")
         if len(locals_) != len(vals):
-            return self.opaque(ins, vals, loc, fop, {"target": "xla.sdy.GlobalToLocalShape"})
+            return self.opaque(vals, {"target": "xla.sdy.GlobalToLocalShape"})
         out: list[int] = []
         for j, (value, local) in enumerate(zip(vals, locals_, strict=True)):
             param = self.nodes[value] if isinstance(value, int) else None
@@ -1070,35 +1035,20 @@ class _Lowering:
                 # Not an entry parameter: the local slice cannot be named, keep it opaque.
                 attrs = {"hlo_op": ins.opcode, "target": "xla.sdy.GlobalToLocalShape"}
                 operands = tuple(_leaves(value, int))
-                out.append(self.new("opaque", operands, local, attrs, ins, loc, fop))
+                out.append(self.new("opaque", operands, local, attrs))
                 continue
             key = (value, local.dims)
             if key in self.local_params:
                 out.append(self.local_params[key])
                 continue
             node_id = len(self.nodes)
+            attrs = dict(param.attrs)
             self.nodes.append(
-                Node(
-                    node_id,
-                    "parameter",
-                    (),
-                    local.dims,
-                    local.dtype,
-                    dict(param.attrs),
-                    param.loc,
-                    param.name,
-                    param.framework_op,
-                )
+                replace(param, id=node_id, shape=local.dims, dtype=local.dtype, attrs=attrs)
             )
             self.entry_params[node_id] = self.entry_params[value]
             self.local_params[key] = node_id
-            tiles = _tiles(param.shape, local.dims)
-            axes = axes_per_value[j] if j < len(axes_per_value) else None
-            if axes is not None and len(axes) != len(tiles):
-                axes = None
-            self.input_shardings[node_id] = TileSharding(
-                tiles=tiles, axes=axes, replicated=all(t == 1 for t in tiles)
-            )
+            self.input_shardings[node_id] = _tiling(param.shape, local.dims, axes_per_value, j)
             out.append(node_id)
         return out[0] if isinstance(ins.shape, _Array) else tuple(out)
 
@@ -1113,13 +1063,7 @@ class _Lowering:
             local = self.nodes[value].shape
             if len(local) != len(glob.dims):
                 continue
-            tiles = _tiles(glob.dims, local)
-            axes = axes_per_value[j] if j < len(axes_per_value) else None
-            if axes is not None and len(axes) != len(tiles):
-                axes = None
-            self.value_shardings[value] = TileSharding(
-                tiles=tiles, axes=axes, replicated=all(t == 1 for t in tiles)
-            )
+            self.value_shardings[value] = _tiling(glob.dims, local, axes_per_value, j)
 
     def _output_shardings(
         self, entry: _Comp, root_value: _Value, outputs: list[int]

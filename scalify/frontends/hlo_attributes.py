@@ -38,17 +38,20 @@ def _iota_groups(m: re.Match[str]) -> list[list[int]]:
     """Expand an iota device list `[G,S]<=[d0,d1,..]T(p..)`: iota(prod(d)) reshaped to d,
     transposed by p, flattened, then reshaped to [G, S] (only its last dim splits groups)."""
     shape = _int_list(m.group(1))
-    dims = _int_list(m.group(2))
-    perm = _int_list(m.group(3)) if m.group(3) is not None else list(range(len(dims)))
-    flat = _iota_devices(dims, perm)
+    flat = _iota_devices(m.group(2), m.group(3))
     if math.prod(shape) != len(flat):
         raise ValueError(f"inconsistent iota device list '{m.group(0)}'")
     width = shape[-1] if shape else 1
     return [flat[i : i + width] for i in range(0, len(flat), width)]
 
 
-def _iota_devices(dims: list[int], perm: list[int]) -> list[int]:
-    """iota(prod(dims)) reshaped to `dims`, transposed by `perm`, flattened."""
+def _iota_devices(dims_text: str, perm_text: str | None, whole: int = 0) -> list[int]:
+    """iota(prod(dims)) reshaped to `dims`, transposed by `perm` (none: kept), flattened;
+    `whole`: the devices there must be (and the dims when none are listed)."""
+    dims = _int_list(dims_text) or ([whole] if whole else [])
+    perm = _int_list(perm_text) if perm_text is not None else list(range(len(dims)))
+    if whole and math.prod(dims) != whole:
+        raise ValueError(f"device list [{dims_text}] does not hold {whole} devices")
     if sorted(perm) != list(range(len(dims))):
         raise ValueError(f"bad transpose {perm} for dims {dims}")
     strides = [math.prod(dims[i + 1 :]) for i in range(len(dims))]
@@ -98,9 +101,7 @@ def _mesh_groups(raw: str) -> tuple[tuple[int, ...], ...]:
     if m.group(2) is not None:
         iota = _DEVICE_IOTA_RE.fullmatch(m.group(2))
         if iota is not None:
-            dims = _int_list(iota.group(1))
-            perm = _int_list(iota.group(2)) if iota.group(2) else list(range(len(dims)))
-            devices = _iota_devices(dims, perm)
+            devices = _iota_devices(iota.group(1), iota.group(2) or None)
         else:
             devices = _int_list(m.group(2))
         if len(devices) != total:
@@ -232,17 +233,10 @@ def _one_sharding(text: str, leaf: _Array) -> TileSharding | None:
 def _tile_devices(rest: str, tiles: list[int]) -> tuple[int, ...] | None:
     """The device of each tile, in row-major tile order: `<=[8]`, `<=[2,4]T(1,0)` or an
     explicit list `0,1,2,3`."""
-    total = 1
-    for t in tiles:
-        total *= t
+    total = math.prod(tiles)
     m = re.match(r"\s*<=\s*\[([\d,\s]*)\](?:\s*T\(([\d,\s]*)\))?", rest)
     if m:
-        import numpy as np
-
-        ids = np.arange(total).reshape(_int_list(m.group(1)) or [total])
-        if m.group(2):
-            ids = ids.transpose(_int_list(m.group(2)))
-        return tuple(int(i) for i in ids.reshape(-1))
+        return tuple(_iota_devices(m.group(1), m.group(2) or None, total))
     m = re.match(r"\s*([\d,\s]+)", rest)
     if m:
         ids = _int_list(m.group(1))
