@@ -11,6 +11,7 @@ from scalify.frontends.custom_calls import CustomCall
 from scalify.layout import IndexMap, index_map_text
 
 from .ast import CanonRule
+from .cache import cached
 from .canon import canon_text, check_canon_rules
 from .check import check_custom_calls, check_rule_set, error_at
 from .emit import emit_families, emit_rules
@@ -61,7 +62,12 @@ def rule_files_in(directory: str | Path) -> list[Path]:
 
 
 def compile_texts(sources: list[tuple[str, str]]) -> CompiledRuleSet:
-    """Compile (path, text) pairs as one rule set."""
+    """Compile (path, text) pairs as one rule set (from the on-disk store, `cache.py`, when
+    the same texts were compiled by the same code before)."""
+    return cached(sources, lambda: _compile(sources))
+
+
+def _compile(sources: list[tuple[str, str]]) -> CompiledRuleSet:
     parsed = [parse_rule_text(text, path) for path, text in sources]
     layouts = check_layout_decls(parsed)
     infos = check_rule_set(parsed, frozenset(layouts))
