@@ -21,6 +21,10 @@ program as easily as an unsound rule, so each is checked like a rule:
 Each extern has a generator below that builds its shapes (and near misses: a block of
 another size, a table one entry off), a report like a rule's, and the claims it checked by
 kind; lint fails when a claim is false or a kind never comes up.
+
+Not drawn: index values a narrower integer dtype cannot hold under a convert. `IndexReader`
+reads an integer convert as the value it converts (a coordinate's u32 to s32), which a
+narrowing convert of such a value is not (an xfail in tests/test_extern_fuzz.py shows it).
 """
 
 from __future__ import annotations
