@@ -145,7 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
         "-v",
         "--verbose",
         action="store_true",
-        help="print how many instances each rule was fuzzed on",
+        help="print how many instances each rule and extern was fuzzed on",
     )
     show = rule_commands.add_parser("compile", help="print the egglog text of a rule folder")
     show.add_argument("folder", nargs="?", type=Path, default=None)
@@ -223,6 +223,7 @@ def _capture(args: argparse.Namespace) -> int:
 
 
 def _lint(args: argparse.Namespace) -> int:
+    from scalify.soundness.extern_fuzz import SCALE
     from scalify.soundness.lint import lint_rules
 
     folder = args.folder or default_rules_dir()
@@ -230,10 +231,11 @@ def _lint(args: argparse.Namespace) -> int:
     for message in result.messages:
         print(message)
     if args.verbose:
-        print("\n".join(f"fuzz: {line}" for line in result.fuzzed))
+        print("\n".join(f"fuzz: {line}" for line in result.fuzzed + result.externs))
     status = "ok" if not result.failures else f"{result.failures} problem(s)"
     fuzzed = (
-        f", {len(result.fuzzed)} rule(s) fuzzed on up to {args.fuzz} instances each"
+        f", {len(result.fuzzed)} rule(s) fuzzed on up to {args.fuzz} instances each and "
+        f"{len(result.externs)} extern(s) on {SCALE * args.fuzz}"
         if args.fuzz
         else ""
     )

@@ -17,6 +17,7 @@ from scalify.frontends.custom_calls import REFERENCES, CustomCall
 from scalify.simulate.spmd import run_baseline
 from scalify.soundness.canon_fuzz import fuzz_canon_rules
 from scalify.soundness.cases import case_files, read_case, run_case
+from scalify.soundness.extern_fuzz import EXTERN_FUZZ, fuzz_externs
 from scalify.soundness.fuzz import fuzz_rules
 from scalify.soundness.prelude_fuzz import PRELUDE, fuzz_prelude
 
@@ -27,6 +28,7 @@ class LintResult:
     failures: int = 0
     cases: int = 0
     fuzzed: list[str] = field(default_factory=list)
+    externs: list[str] = field(default_factory=list)
 
     def fail(self, message: str) -> None:
         self.failures += 1
@@ -134,7 +136,8 @@ MUST_FIRE_BUDGET = 25
 def _fuzz(result: LintResult, rules, budget: int, seed: int) -> None:
     """Every rule must fire on random instances and stay sound there, unless its file says
     why instances cannot make it fire (`unfuzzed "..."`: its cases are then all there is);
-    so must the prelude's rules over sub-axes and masks (`prelude_fuzz.py`)."""
+    so must the prelude's rules over sub-axes and masks (`prelude_fuzz.py`), and each
+    extern must make every kind of claim it makes and keep it (`extern_fuzz.py`)."""
     unfuzzed = {rule_name(r.name): r.unfuzzed for r in rules.rules}
     unfuzzed |= {r.name: r.unfuzzed for r in rules.canon_rules}
     reports = fuzz_rules(rules, budget, seed) + fuzz_prelude(rules, budget, seed)
@@ -168,6 +171,29 @@ def _fuzz(result: LintResult, rules, budget: int, seed: int) -> None:
         result.fuzzed.append(
             f"{report.name}: {report.instances} instances, fired on {report.fired}"
         )
+    _fuzz_externs(result, budget, seed)
+
+
+def _fuzz_externs(result: LintResult, budget: int, seed: int) -> None:
+    """Each extern numerically, like a rule: a false claim fails lint, and so does a kind of
+    claim its instances never made (at the must-fire budget)."""
+    for report in fuzz_externs(budget, seed):
+        missing = [kind for kind in report.kinds if not report.claims[kind]]
+        if report.unsound:
+            result.fail(
+                f"{report.source}: error: extern `{report.name}` is UNSOUND: a claim it makes "
+                "is false numerically\n  " + "\n  ".join(report.unsound[:1])
+            )
+        elif missing:
+            message = (
+                f"fuzzing never made extern `{report.name}` claim {', '.join(missing)} "
+                f"({report.instances} instances): teach its generator in {EXTERN_FUZZ}"
+            )
+            if budget >= MUST_FIRE_BUDGET:
+                result.fail(f"{report.source}: error: {message}")
+            else:
+                result.messages.append(f"{report.source}: warning: {message}")
+        result.externs.append(report.summary())
 
 
 def _check_golden(result: LintResult, golden: Path, text: str, bless: bool) -> None:

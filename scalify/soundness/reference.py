@@ -26,6 +26,7 @@ from scalify.frontends.hlo import _RENAMED_ELEMENTWISE as HLO_RENAMED
 from scalify.ops import OPS, PLAIN_ELEMENTWISE, collectives, elementwise, indexing, structural
 from scalify.ops.spec import OpSpec
 from scalify.soundness.cases import case_files
+from scalify.soundness.extern_fuzz import EXTERNS, SCALE
 from scalify.soundness.lint import MUST_FIRE_BUDGET, _source_rules, golden_path
 from scalify.soundness.prelude_fuzz import PRELUDE_RULES
 
@@ -209,7 +210,8 @@ def _summary(c: Counts, problems: int = 0, cases: int = 0, rules: int = 0) -> st
     state = f"{problems} problem(s)" if problems else "ok"
     return (
         f"rules: {state}; {c.cases + cases} case(s) run, {c.fuzzed + rules} rule(s) fuzzed "
-        f"on up to {MUST_FIRE_BUDGET} instances each"
+        f"on up to {MUST_FIRE_BUDGET} instances each and {len(EXTERNS)} extern(s) on "
+        f"{SCALE * MUST_FIRE_BUDGET}"
     )
 
 
@@ -332,7 +334,8 @@ def rule_set(c: Counts) -> str:
         f"The shipped rule set (`rules/`) is {c.rule_files} files: {c.rules} equality rules, "
         f"{c.canon_rules} canonical rules and {c.custom_calls} custom-call declarations, "
         f"checked by {c.cases} cases (every rule has one that must fire and one near-miss); "
-        f"`scalify rules lint` fuzzes those rules and the engine's own, {c.fuzzed} in all. "
+        f"`scalify rules lint` fuzzes those rules and the engine's own, {c.fuzzed} in all, "
+        f"and the {len(EXTERNS)} externs. "
         f"The op registry declares {c.ops} canonical ops "
         "([canonical ops](reference/canonical-ops.md))."
     )
