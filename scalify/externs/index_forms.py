@@ -13,7 +13,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from scalify.externs.int_ranges import as_int, decide_compare, is_int_dtype
+from scalify.externs.int_ranges import (
+    Range,
+    as_int,
+    converts_exactly,
+    decide_compare,
+    is_int_dtype,
+    node_ranges,
+)
 from scalify.ir import ROW_MAJOR_VIEWS, Graph, NewNodes, Node
 
 Affine = tuple[dict[int, int], int]  # coefficient per atom node, constant
@@ -36,6 +43,16 @@ class IndexReader:
         self.graph = graph
         self.forms: dict[int, Affine | None] = {}
         self._joints: dict[int, frozenset] | None = None
+        self._ranges: dict[int, Range] | None = None
+
+    def _exact_convert(self, node: Node) -> bool:
+        """An integer convert that keeps its operand's value: a narrowing one only where
+        the operand's range fits (s32 2147483647 converted to s8 is -1, not itself)."""
+        if node.op != "convert":
+            return False
+        if self._ranges is None:
+            self._ranges = node_ranges(self.graph)
+        return converts_exactly(self.nodes[node.operands[0]], node.dtype, self._ranges)
 
     @property
     def nodes(self) -> dict[int, Node]:
@@ -233,7 +250,7 @@ class IndexReader:
             self.nodes[node.operands[0]]
         ):
             return ops[0]  # every element is the operand's one value
-        if node.op == "convert" and is_int_dtype(self.nodes[node.operands[0]].dtype):
+        if self._exact_convert(node):
             return ops[0]
         if node.op in ("add", "sub") and None not in ops:
             sign = 1 if node.op == "add" else -1
@@ -259,7 +276,7 @@ class IndexReader:
             if form == ({block.index: 1, **offset}, 0):
                 return True
         ops = node.operands
-        if node.op == "convert" and is_int_dtype(self.nodes[ops[0]].dtype):
+        if self._exact_convert(node):
             return self.equals_offset(ops[0], block)
         if node.op in ROW_MAJOR_VIEWS:  # a unit dim more or less: same values, same positions
             return self.equals_offset(ops[0], block)

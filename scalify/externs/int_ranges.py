@@ -81,6 +81,26 @@ def fold_int_ranges(graph: Graph, guarded: GuardedRange | None = None) -> dict[i
     return ranges
 
 
+def node_ranges(graph: Graph) -> dict[int, Range]:
+    """The range of each integer node narrower than its dtype's, read without folding
+    anything (what a reader of the graph's index code may rely on)."""
+    ranges: dict[int, Range] = {}
+    for node in graph.nodes.values():
+        value = _range(node, graph.nodes, ranges, {}, getattr(graph, "num_partitions", None))
+        if value is not None and is_int_dtype(node.dtype) and _fits(value, node.dtype):
+            ranges[node.id] = value
+    return ranges
+
+
+def converts_exactly(source: Node, target: str, ranges: dict[int, Range]) -> bool:
+    """Whether an integer convert of `source` to `target` keeps every value it can take:
+    the target holds the source's dtype, or the range the source is known to lie in."""
+    if not (is_int_dtype(source.dtype) and is_int_dtype(target)):
+        return False
+    held = ranges.get(source.id, _dtype_bounds(source.dtype))
+    return _fits(held, target)
+
+
 def lookup_index_inputs(graph: Graph) -> dict[int, tuple[int, int]]:
     """Integer inputs used as a lookup's index, with the range [0, rows - 1] they are
     assumed to lie in (the tightest over every lookup that uses them)."""
