@@ -1,10 +1,15 @@
 """Arithmetic on literals folds before the proof: `x + 0` is x (a gradient accumulated into
-fresh zeros, whose zeros are no value to count once per device), `0 + 0` a zero fill."""
+fresh zeros, whose zeros are no value to count once per device), `0 + 0` a zero fill. The
+folds are canonical rules (`rules/canon.srl`: `add_zero`, `sub_zero`, `fold_binary_fill`)."""
 
 from __future__ import annotations
 
-from scalify.canon.literal_folding import fold_literals
+from scalify.canon.rewriter import builtin_rules, run
 from scalify.ir import Graph, Node
+
+
+def fold_literals(graph: Graph) -> None:
+    run(graph, builtin_rules())
 
 
 def _graph(zero_value: str, shape=(4,)) -> Graph:

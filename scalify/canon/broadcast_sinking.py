@@ -8,10 +8,14 @@ program through those views, so a data-parallel device's rows never meet the bas
 `broadcast(view(x))` the views are the same in both programs, and the broadcast, now next to
 the product, is each device's block of the baseline's.
 
-Moved: a cast; a slice that keeps the new dims whole; a split or merge of dims that come
-from x. A split that inserts a unit dim, or a merge that drops a new one, changes only the
-broadcast's dims (a head dim of one entry per device stays a new dim, as the baseline's
-broadcast to every head has it). A broadcast of a broadcast is one broadcast.
+Moved here: a split or merge of dims that come from x. A split that inserts a unit dim, or
+a merge that drops a new one, changes only the broadcast's dims (a head dim of one entry per
+device stays a new dim, as the baseline's broadcast to every head has it). A cast and a
+slice that keeps the new dims whole move by canonical rules (`rules/canon.srl`:
+`convert_of_broadcast`, `slice_of_broadcast`), as does a broadcast of a broadcast
+(`broadcast_of_broadcast`), run again over the merge and split steps before this pass.
+Python still: where the dims land after a split or merge is arithmetic over the operand's
+sizes and the broadcast's dims with four cases, for which `.srl` has no function yet.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ def sink_broadcasts(graph: Graph) -> None:
             nodes[node.id] = node
             continue
         view_attrs, view_shape, dims = moved
-        if view_attrs is None:  # a broadcast of a broadcast: one broadcast
+        if view_attrs is None:  # only the broadcast's dims change
             operand = inner.id
         else:
             view = Node(
@@ -56,17 +60,10 @@ def sink_broadcasts(graph: Graph) -> None:
 
 def _moved(node: Node, broadcast: Node, x: Node):
     """(the view's attributes on x, its shape, the broadcast dims of the result), or None
-    when the op does not move inside; attributes None for a broadcast of a broadcast."""
+    when the op does not move inside; attributes None where only the dims change."""
     dims = tuple(broadcast.attrs.get("dims", ()))
     if len(dims) != len(x.shape):
         return None
-    if node.op == "broadcast":
-        outer = tuple(node.attrs.get("dims", ()))
-        return None, None, tuple(outer[d] for d in dims)
-    if node.op == "convert":
-        return dict(node.attrs), tuple(x.shape), dims
-    if node.op == "slice":
-        return _slice_inside(node, broadcast, x, dims)
     if node.op == "split":
         p, inner = int(node.attrs["dim"]), int(node.attrs["inner"])
         if p not in dims:
@@ -95,19 +92,3 @@ def _moved(node: Node, broadcast: Node, x: Node):
         new = dims[:k] + (p,) + tuple(d - 1 for d in dims[k + 2 :])
         return {"dim": k, "inner": int(node.attrs.get("inner", x.shape[k + 1]))}, shape, new
     return None
-
-
-def _slice_inside(node: Node, broadcast: Node, x: Node, dims: tuple[int, ...]):
-    a = node.attrs
-    starts, limits, strides = list(a["starts"]), list(a["limits"]), list(a["strides"])
-    for d, size in enumerate(broadcast.shape):
-        if d not in dims and (starts[d], limits[d], strides[d]) != (0, size, 1):
-            return None  # it cuts a new dim
-    attrs = {
-        **a,
-        "starts": tuple(starts[d] for d in dims),
-        "limits": tuple(limits[d] for d in dims),
-        "strides": tuple(strides[d] for d in dims),
-    }
-    shape = tuple(node.shape[d] for d in dims)
-    return attrs, shape, dims
