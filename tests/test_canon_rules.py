@@ -99,6 +99,14 @@ canon take_of_broadcast_misplaced:
   where   result_rank() >= plus(rank(i), rank(t))
   rewrite broadcast[dims=append_last(b, minus(rank(t), 1))](take[dim=0](t, i))
 """,
+    # a merge moved inside the broadcast, the broadcast's dims left as they were
+    "merge_of_broadcast_dims_kept": """
+# merge(broadcast(x, d)) == broadcast(merge(x), d) (wrong: the dims after the merge shift)
+canon merge_of_broadcast_dims_kept:
+  match   merge[dim=p, inner=n](broadcast[dims=d](x))
+  where   merges_own_dims()
+  rewrite broadcast[dims=d](merge[dim=position(d, p), inner=n](x))
+""",
 }
 
 

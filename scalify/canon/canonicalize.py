@@ -13,14 +13,13 @@ import math
 from scalify.canon.all_to_all import fold_tiled_all_to_all
 from scalify.canon.block_iotas import fold_block_iotas
 from scalify.canon.block_lookup import fold_block_lookups
-from scalify.canon.broadcast_sinking import sink_broadcasts
 from scalify.canon.gather_sinking import sink_gathers
 from scalify.canon.literal_arrays import fold_literal_arrays
 from scalify.canon.merged_batches import add_unmerged_batch_forms
 from scalify.canon.one_hot import fold_one_hots
 from scalify.canon.padded_pieces import join_padded_pieces
 from scalify.canon.reshape_refinement import refined_steps
-from scalify.canon.rewriter import builtin_rules, run
+from scalify.canon.rewriter import WITH_BROADCASTS, builtin_rules, run
 from scalify.canon.static_indices import fold_static_indices
 from scalify.canon.unit_shapes import unit_placements
 from scalify.canon.view_blocks import write_view_blocks
@@ -222,8 +221,9 @@ def canonicalize(graph: Graph) -> Graph:
     join_padded_pieces(graph)
     fold_literal_arrays(graph)
     fold_device_scalars(graph)  # after the arrays: they read a per-device test as a block
-    # again: a predicate evaluated just now (an optimizer's `step >= 1`) decides a select,
-    # a lookup at positions made just now is lifted out of their broadcast
+    # again: a predicate evaluated just now (an optimizer's `step >= 1`) decides a select;
+    # and broadcasts lifted out of lookups and casts (rules/canon_broadcasts.srl), now that
+    # the folds above have read them as the frontend wrote them
     run(graph, builtin_rules(), graph.canon_fired)
     next_id = max(graph.nodes, default=-1) + 1
     nodes: dict[int, Node] = {}
@@ -273,8 +273,9 @@ def canonicalize(graph: Graph) -> Graph:
             graph.equalities.append((node.id, alternative[-1].id))
     graph.nodes = nodes
     write_view_blocks(graph)  # on the merge, split and slice_at steps just made
-    run(graph, builtin_rules(), graph.canon_fired)  # casts and slices of broadcasts among them
-    sink_broadcasts(graph)
+    # views of broadcasts moved inside them, over the merge and split steps just made
+    # (rules/canon_broadcasts.srl), lookups at broadcast indices lifted out
+    run(graph, builtin_rules(*WITH_BROADCASTS), graph.canon_fired)
     add_unmerged_batch_forms(graph, viewed_as)
     add_views_through_broadcasts(graph)
     return _prune(graph)

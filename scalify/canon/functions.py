@@ -172,6 +172,73 @@ def _product_fits(a: Node, b: Node, nodes: dict[int, Node]) -> bool:
     return _int_text(int(texts[0]) * int(texts[1]), a.dtype) is not None
 
 
+# ---- views of a broadcast moved inside it (rules/canon_broadcasts.srl): where the dims land
+
+
+def _view_of_broadcast(root: Node, nodes: dict[int, Node]):
+    """(p, its attribute `inner`, the broadcast's dims, the broadcast, x) of the matched
+    split or merge of `broadcast(x)`."""
+    broadcast = nodes[root.operands[0]]
+    x = nodes[broadcast.operands[0]]
+    dims = tuple(int(d) for d in broadcast.attrs["dims"])
+    if len(dims) != len(x.shape):
+        raise ValueError("a broadcast whose dims do not name its operand's")
+    return int(root.attrs["dim"]), int(root.attrs["inner"]), dims, broadcast, x
+
+
+def _split_of_unit(root: Node, nodes: dict[int, Node]) -> bool:
+    """The split cuts a dim of x into it and a unit dim (inner 1, or inner its size)."""
+    p, inner, dims, _, x = _view_of_broadcast(root, nodes)
+    return p in dims and (inner == 1 or x.shape[dims.index(p)] == inner)
+
+
+def _splits_own_dim(root: Node, nodes: dict[int, Node]) -> bool:
+    p, _, dims, _, _ = _view_of_broadcast(root, nodes)
+    return p in dims
+
+
+def _split_unit_dims(root: Node, nodes: dict[int, Node]) -> tuple[int, ...]:
+    p, inner, dims, _, _ = _view_of_broadcast(root, nodes)
+    k = dims.index(p)
+    at = p if inner == 1 else p + 1  # where x's dim lands; the unit dim is a new one
+    return tuple(d + (d > p) for d in dims[:k]) + (at,) + tuple(d + 1 for d in dims[k + 1 :])
+
+
+def _split_dims(root: Node, nodes: dict[int, Node]) -> tuple[int, ...]:
+    p, _, dims, _, _ = _view_of_broadcast(root, nodes)
+    k = dims.index(p)
+    return tuple(d + (d > p) for d in dims[:k]) + (p, p + 1) + tuple(d + 1 for d in dims[k + 1 :])
+
+
+def _merged_unit(root: Node, nodes: dict[int, Node]) -> int | None:
+    """The one of the merged dims p, p+1 that is kept when the other is a new unit dim."""
+    p, _, dims, broadcast, _ = _view_of_broadcast(root, nodes)
+    for unit, kept in ((p, p + 1), (p + 1, p)):
+        if unit not in dims and broadcast.shape[unit] == 1:
+            return kept
+    return None
+
+
+def _merge_unit_dims(root: Node, nodes: dict[int, Node]) -> tuple[int, ...]:
+    p, _, dims, _, _ = _view_of_broadcast(root, nodes)
+    kept = _merged_unit(root, nodes)
+    if kept is None:
+        raise ValueError("no new unit dim merged")
+    return tuple(p if d == kept else d - (d > p) for d in dims)
+
+
+def _merge_of_own(root: Node, nodes: dict[int, Node]) -> bool:
+    """The merged dims p, p+1 are x's dims k, k+1."""
+    p, _, dims, _, _ = _view_of_broadcast(root, nodes)
+    return p in dims and dims.index(p) + 1 < len(dims) and dims[dims.index(p) + 1] == p + 1
+
+
+def _merge_dims(root: Node, nodes: dict[int, Node]) -> tuple[int, ...]:
+    p, _, dims, _, _ = _view_of_broadcast(root, nodes)
+    k = dims.index(p)
+    return dims[:k] + (p,) + tuple(d - 1 for d in dims[k + 2 :])
+
+
 def _literal(root: Node, nodes: dict[int, Node]) -> str:
     text = folded_literal(root, nodes)
     if text is None:
@@ -258,6 +325,73 @@ FUNCTIONS: dict[str, Function] = {
         _whole_but,
         "whole_but(d): the matched slice takes every dim of its operand but the dims d whole",
         predicate=True,
+        of_root=True,
+        reads_graph=True,
+    ),
+    "position": Function(
+        "aa",
+        lambda dims, d: tuple(dims).index(d),
+        "position(d, p): where p stands in the dims d (fails when it is not among them)",
+    ),
+    "is_split_of_unit": Function(
+        "",
+        _split_of_unit,
+        "is_split_of_unit(): the matched split of broadcast(x) cuts a dim of x into it and a "
+        "unit dim",
+        predicate=True,
+        of_root=True,
+        reads_graph=True,
+    ),
+    "split_unit_dims": Function(
+        "",
+        _split_unit_dims,
+        "split_unit_dims(): the broadcast's dims after such a split, the unit dim a new one",
+        of_root=True,
+        reads_graph=True,
+    ),
+    "splits_own_dim": Function(
+        "",
+        _splits_own_dim,
+        "splits_own_dim(): the matched split of broadcast(x) cuts a dim of x",
+        predicate=True,
+        of_root=True,
+        reads_graph=True,
+    ),
+    "split_dims": Function(
+        "",
+        _split_dims,
+        "split_dims(): the broadcast's dims after the split of its dim p into p, p+1",
+        of_root=True,
+        reads_graph=True,
+    ),
+    "merges_new_unit": Function(
+        "",
+        lambda root, nodes: _merged_unit(root, nodes) is not None,
+        "merges_new_unit(): one of the dims the matched merge of broadcast(x) joins is a new "
+        "unit dim",
+        predicate=True,
+        of_root=True,
+        reads_graph=True,
+    ),
+    "merge_unit_dims": Function(
+        "",
+        _merge_unit_dims,
+        "merge_unit_dims(): the broadcast's dims once the new unit dim is merged away",
+        of_root=True,
+        reads_graph=True,
+    ),
+    "merges_own_dims": Function(
+        "",
+        _merge_of_own,
+        "merges_own_dims(): the dims the matched merge of broadcast(x) joins are x's k, k+1",
+        predicate=True,
+        of_root=True,
+        reads_graph=True,
+    ),
+    "merge_dims": Function(
+        "",
+        _merge_dims,
+        "merge_dims(): the broadcast's dims after its dims p, p+1 are merged",
         of_root=True,
         reads_graph=True,
     ),

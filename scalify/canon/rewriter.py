@@ -300,12 +300,19 @@ def _build(
 
 
 @cache
-def builtin_rules() -> CanonRules:
-    """The canonical rules shipped with Scalify (`rules/canon.srl`), compiled once."""
+def builtin_rules(*files: str) -> CanonRules:
+    """The canonical rules shipped with Scalify in these files of `rules/` (`canon.srl`
+    when none is named), compiled once."""
     from scalify.compiler.compile import compile_texts
 
-    source = resources.files("scalify.rules").joinpath("canon.srl")
-    return CanonRules(compile_texts([("rules/canon.srl", source.read_text())]).canon_rules)
+    folder = resources.files("scalify.rules")
+    names = files or ("canon.srl",)
+    sources = [(f"rules/{name}", folder.joinpath(name).read_text()) for name in names]
+    return CanonRules(compile_texts(sources).canon_rules)
+
+
+# the rules that lift a broadcast out of the op reading it, run after canon.srl's
+WITH_BROADCASTS = ("canon.srl", "canon_broadcasts.srl")
 
 
 def counter(graph_ids: Iterable[int]) -> Callable[[], int]:
