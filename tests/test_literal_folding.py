@@ -44,3 +44,18 @@ def test_zero_taken_from_a_value_is_the_value_and_a_value_taken_from_zero_is_not
     graph.nodes[3] = Node(3, "sub", (2, 0), (4,), "f32", {}, name="from_zero")
     fold_literals(graph)
     assert graph.nodes[graph.outputs[0]].op == "sub"
+
+
+def test_a_comparison_of_fills_folds_except_in_bf16():
+    """`1 < 2` is the fill true; in bf16 two literals that differ in f64 may round to one
+    value, so the comparison stays."""
+    for dtype, folded in (("f32", True), ("bf16", False)):
+        nodes = {
+            0: Node(0, "constant", (), (), dtype, {"value": "1"}, name="a"),
+            1: Node(1, "constant", (), (), dtype, {"value": "2"}, name="b"),
+            2: Node(2, "compare", (0, 1), (), "pred", {"direction": "LT"}, name="lt"),
+        }
+        graph = Graph("g", nodes, inputs=[], outputs=[2])
+        fold_literals(graph)
+        out = graph.nodes[graph.outputs[0]]
+        assert (out.op == "constant" and out.attrs["value"] == "true") == folded, out
