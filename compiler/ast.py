@@ -130,8 +130,9 @@ class CustomCallDecl:
 @dataclass(frozen=True)
 class CanonRule:
     """`canon name: match P where G rewrite T`: a directed rewrite of one graph. Where P
-    matches a node and the guards G hold, the node becomes T: a value P bound, or one op over
-    bound values with attributes computed from bound attributes."""
+    matches a node and the guards G hold, the node becomes T: a value P bound, or a tree of
+    ops over bound values with attributes computed from bound attributes. `ops`: each op
+    variable of P (`where f in FAMILY`) with the ops it ranges over (the checker fills it)."""
 
     name: str
     doc: str
@@ -140,6 +141,7 @@ class CanonRule:
     rewrite: Value
     span: Span
     unfuzzed: str = ""
+    ops: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -4,20 +4,39 @@
 What a canonical rule may say is narrower than an equality rule, because it replaces a node
 instead of adding a fact beside it:
 - the match is one op pattern; its operands are variables (bound to values) or nested op
-  patterns, and its attributes variables (bound to the attribute's value) or literals;
-- `where` holds guards over bound attributes: declared predicates, comparisons, equations;
-- the rewrite is a value the match bound, or one op (of known arity) over bound values, its
-  attributes literals, bound attributes or declared functions of them;
+  patterns, and its attributes variables (bound to the attribute's value) or literals; an op
+  variable (`f(x, y)` with `where f in FAMILY`) matches any op of a declared family;
+- `where` holds guards over bound attributes: declared predicates, comparisons, equations
+  (and the op variables' families);
+- the rewrite is a value the match bound, or a tree of ops (of known arity) over bound
+  values: its top op takes the node's place, the ops nested under it are ones whose shape
+  the rewriter can infer (`scalify/canon/shapes.py`); attributes are literals, bound
+  attributes or declared functions of them;
 - every variable the rewrite or a guard reads is bound by the match, a value variable is not
-  read as an attribute nor the other way round.
+  read as an attribute nor the other way round, and a function gets the kind of argument
+  it declares.
 Errors point at the file, line and column, as the other compiler errors do.
 """
 
 from __future__ import annotations
 
-from scalify.canon.functions import FUNCTIONS
+from dataclasses import replace
 
-from .ast import App, CanonRule, Comparison, Equation, IntLit, RuleFile, StrLit, Value, Var
+from scalify.canon.functions import FUNCTIONS
+from scalify.canon.shapes import BUILT
+
+from .ast import (
+    App,
+    CanonRule,
+    Comparison,
+    Equation,
+    IntLit,
+    Membership,
+    RuleFile,
+    StrLit,
+    Value,
+    Var,
+)
 from .check import error_at
 from .signatures import OP_ARITY
 
@@ -28,23 +47,35 @@ LITERALS = {"constant": (0,)}
 class CanonChecker:
     """Checks the canonical rules of one file."""
 
-    def __init__(self, rule_file: RuleFile) -> None:
+    def __init__(self, rule_file: RuleFile, families: dict[str, tuple[str, ...]]) -> None:
         self.file = rule_file
+        self.families = families
+        self.ops: dict[str, tuple[str, ...]] = {}  # the rule's op variables
 
     def fail(self, node, message: str, *notes: str):
         return error_at(node.span, self.file.text, message, *notes)
 
-    def check(self, rule: CanonRule) -> None:
+    def check(self, rule: CanonRule) -> CanonRule:
+        """The rule checked, its op variables resolved to their families' ops."""
         if not rule.doc:
             raise self.fail(rule, f"canonical rule `{rule.name}` has no `#` line stating it")
         if not isinstance(rule.match, App):
             raise self.fail(rule, "a canonical rule matches an op pattern, e.g. `transpose(x)`")
+        self.ops = {}
+        for clause in rule.where:
+            if isinstance(clause, Membership):
+                members = self.families.get(clause.family)
+                if members is None:
+                    raise self.fail(clause, f"unknown family `{clause.family}`")
+                self.ops[clause.var] = members
         values: dict[str, Var] = {}
         attrs: dict[str, Var] = {}
         self._pattern(rule.match, values, attrs)
         for clause in rule.where:
-            self._guard(clause, values, attrs)
+            if not isinstance(clause, Membership):
+                self._guard(clause, values, attrs)
         self._rewrite(rule.rewrite, values, attrs)
+        return replace(rule, ops=tuple(self.ops.items()))
 
     def _pattern(self, app: App, values: dict[str, Var], attrs: dict[str, Var]) -> None:
         self._op(app)
@@ -66,11 +97,14 @@ class CanonChecker:
                 raise self.fail(arg, "an operand of a matched op is a variable or an op pattern")
 
     def _op(self, app: App) -> None:
-        arities = LITERALS.get(app.name) or OP_ARITY.get(app.name)
+        if app.name in self.ops:  # an op variable: an arity of some op of its family
+            arities = {n for op in self.ops[app.name] for n in OP_ARITY.get(op, ())}
+        else:
+            arities = LITERALS.get(app.name) or OP_ARITY.get(app.name)
         if arities is None:
             raise self.fail(app, f"unknown op `{app.name}`")
         if len(app.args) not in arities:
-            wanted = " or ".join(map(str, arities))
+            wanted = " or ".join(map(str, sorted(arities)))
             raise self.fail(app, f"`{app.name}` takes {wanted} operand(s), not {len(app.args)}")
 
     def _guard(self, clause, values: dict[str, Var], attrs: dict[str, Var]) -> None:
@@ -110,11 +144,13 @@ class CanonChecker:
             )
         if len(app.args) != declared.arity or app.attrs:
             raise self.fail(app, f"`{app.name}` takes {declared.arity} argument(s)")
-        for arg in app.args:
-            if not declared.of_values:
+        for kind, arg in zip(declared.args, app.args, strict=True):
+            if kind == "a":
                 self._attribute(arg, values, attrs)
             elif not isinstance(arg, Var) or arg.name not in values:
-                raise self.fail(arg, f"`{app.name}` takes a value the match binds")
+                raise self.fail(
+                    arg, f"`{app.name}` takes a value the match binds, not an attribute"
+                )
 
     def _rewrite(self, value: Value, values: dict[str, Var], attrs: dict[str, Var]) -> None:
         if isinstance(value, Var):
@@ -122,30 +158,52 @@ class CanonChecker:
                 raise self.fail(value, f"`{value.name}` is not a value the match binds")
             return
         if not isinstance(value, App):
-            raise self.fail(value, "a canonical rule rewrites to a matched value or one op")
-        self._op(value)
-        for arg in value.args:
-            if not isinstance(arg, Var) or arg.name not in values:
-                raise self.fail(
-                    arg,
-                    "an operand of the rewrite is a value the match binds",
-                    "the rewrite is one op over matched values: nest no op inside it",
-                )
-        for _, attr in value.attrs:
+            raise self.fail(value, "a canonical rule rewrites to a matched value or an op")
+        self._built(value, values, attrs)
+
+    def _built(self, app: App, values: dict[str, Var], attrs: dict[str, Var]) -> None:
+        """An op of the rewrite (its top op, or one nested under it), and its operands."""
+        if app.name in self.ops:
+            raise self.fail(
+                app,
+                f"the rewrite cannot build the op variable `{app.name}`",
+                "name the op it builds: one rule per op of the family",
+            )
+        self._op(app)
+        if app.name == "constant" and [k for k, _ in app.attrs] != ["value"]:
+            raise self.fail(app, "a `constant` the rewrite builds is `constant[value=...]()`")
+        for arg in app.args:
+            if isinstance(arg, Var):
+                if arg.name not in values:
+                    raise self.fail(arg, f"`{arg.name}` is not a value the match binds")
+            elif isinstance(arg, App):
+                if arg.name not in BUILT:
+                    raise self.fail(
+                        arg,
+                        f"`{arg.name}` cannot be built inside a rewrite: its shape is not "
+                        "inferred from its operands",
+                        "nest an op of scalify/canon/shapes.py (`BUILT`), or make this op "
+                        "the rewrite's top op",
+                    )
+                self._built(arg, values, attrs)
+            else:
+                raise self.fail(arg, "an operand of the rewrite is a matched value or an op")
+        for _, attr in app.attrs:
             self._attribute(attr, values, attrs)
 
 
 def check_canon_rules(files: list[RuleFile], taken: set[str]) -> list[CanonRule]:
-    """Check every canonical rule; names are unique among all rules (`taken`)."""
+    """Check every canonical rule; names are unique among all rules (`taken`). Returns the
+    rules with their op variables resolved (families are visible in every file)."""
+    families = {f.name: f.members for p in files for f in p.families}
     rules: list[CanonRule] = []
     for rule_file in files:
-        checker = CanonChecker(rule_file)
+        checker = CanonChecker(rule_file, families)
         for rule in rule_file.canon_rules:
             if rule.name in taken:
                 raise checker.fail(rule, f"duplicate rule name `{rule.name}`")
             taken.add(rule.name)
-            checker.check(rule)
-            rules.append(rule)
+            rules.append(checker.check(rule))
     return rules
 
 
@@ -161,6 +219,8 @@ def render(value) -> str:
         return f"{render(value.lhs)} {value.op} {render(value.rhs)}"
     if isinstance(value, Equation):
         return f"{render(value.lhs)} == {render(value.rhs)}"
+    if isinstance(value, Membership):
+        return f"{value.var} in {value.family}"
     attrs = ", ".join(f"{k}={render(v)}" for k, v in value.attrs)
     args = ", ".join(render(a) for a in value.args)
     return f"{value.name}{f'[{attrs}]' if attrs else ''}({args})"

@@ -59,6 +59,54 @@ canon reshape_through_transpose:
   match   reshape(transpose(x))
   rewrite reshape(x)
 """,
+    # the select's branches swapped: a true predicate keeps the first
+    "select_of_true_swapped": """
+# select(true, a, b) == b (wrong: it is a)
+canon select_of_true_swapped:
+  match   select(p, a, b)
+  where   is_true(p)
+  rewrite b
+""",
+    # any fill dropped from a sum, not only zeros
+    "add_any_fill": """
+# x + c == x (wrong: only for c = 0)
+canon add_any_fill:
+  match   add(x, z)
+  where   is_fill(z)
+  rewrite x
+""",
+    # a literal computed where the operands are no fills: the function fails on the match
+    "unguarded_literal": """
+family arithmetic = add, mul
+# f(x, y) == its literal (wrong: only when both are fills)
+canon unguarded_literal:
+  match   f(x, y)
+  where   f in arithmetic
+  rewrite broadcast[dims=empty()](constant[value=literal()]())
+""",
+    # a slice moved inside a transpose with its bounds left in the transpose's order
+    "slice_of_transpose_unpermuted": """
+# slice(transpose(x, p)) == transpose(slice(x), p), same bounds (wrong: they must be permuted)
+canon slice_of_transpose_unpermuted:
+  match   slice[starts=s, limits=l, strides=t](transpose[perm=p](x))
+  rewrite transpose[perm=p](slice[starts=s, limits=l, strides=t](x))
+""",
+    # the lookup lifted out of the broadcast, its table dims placed first instead of last
+    "take_of_broadcast_misplaced": """
+# take(t, broadcast(i, b)) == broadcast(take(t, i), b + ...) (wrong: the table's dims go last)
+canon take_of_broadcast_misplaced:
+  match   take[dim=d](t, broadcast[dims=b](i))
+  where   result_rank() >= plus(rank(i), rank(t))
+  rewrite broadcast[dims=append_last(b, minus(rank(t), 1))](take[dim=0](t, i))
+""",
+    # a merge moved inside the broadcast, the broadcast's dims left as they were
+    "merge_of_broadcast_dims_kept": """
+# merge(broadcast(x, d)) == broadcast(merge(x), d) (wrong: the dims after the merge shift)
+canon merge_of_broadcast_dims_kept:
+  match   merge[dim=p, inner=n](broadcast[dims=d](x))
+  where   merges_own_dims()
+  rewrite broadcast[dims=d](merge[dim=position(d, p), inner=n](x))
+""",
 }
 
 
@@ -88,3 +136,22 @@ def test_the_report_counts_canonical_rules_among_the_rules_fired() -> None:
     report, problems = run_case(case, compile_rule_dir(REPO / "rules"))
     assert not problems, problems
     assert {"transpose_of_transpose", "broadcast_of_broadcast"} <= set(report.stats["rules_fired"])
+
+
+def test_a_rewrite_builds_a_tree_of_ops_each_canonical() -> None:
+    """`rank * 2 * 8`: the rewrite builds `mul(x, mul(2, 8))`, and the nested product is
+    itself rewritten as it is made (folded to the literal 16, its broadcast dropped)."""
+    text = """HloModule m
+ENTRY main {
+  r = s32[] parameter(0)
+  a = s32[] constant(2)
+  b = s32[] constant(8)
+  ra = s32[] multiply(r, a)
+  ROOT o = s32[] multiply(ra, b)
+}
+"""
+    graph = parse_graph_text(text, "factors.hlo")
+    (out,) = (graph.node(o) for o in graph.outputs)
+    factor = graph.node(out.operands[1])
+    assert (out.op, factor.op, factor.attrs["value"]) == ("mul", "constant", "16")
+    assert {"join_int_factors", "fold_binary_fill", "broadcast_identity"} <= set(graph.canon_fired)

@@ -1,10 +1,15 @@
 """Arithmetic on literals folds before the proof: `x + 0` is x (a gradient accumulated into
-fresh zeros, whose zeros are no value to count once per device), `0 + 0` a zero fill."""
+fresh zeros, whose zeros are no value to count once per device), `0 + 0` a zero fill. The
+folds are canonical rules (`rules/canon.srl`: `add_zero`, `sub_zero`, `fold_binary_fill`)."""
 
 from __future__ import annotations
 
-from scalify.canon.literal_folding import fold_literals
+from scalify.canon.rewriter import builtin_rules, run
 from scalify.ir import Graph, Node
+
+
+def fold_literals(graph: Graph) -> None:
+    run(graph, builtin_rules())
 
 
 def _graph(zero_value: str, shape=(4,)) -> Graph:
@@ -39,3 +44,18 @@ def test_zero_taken_from_a_value_is_the_value_and_a_value_taken_from_zero_is_not
     graph.nodes[3] = Node(3, "sub", (2, 0), (4,), "f32", {}, name="from_zero")
     fold_literals(graph)
     assert graph.nodes[graph.outputs[0]].op == "sub"
+
+
+def test_a_comparison_of_fills_folds_except_in_bf16():
+    """`1 < 2` is the fill true; in bf16 two literals that differ in f64 may round to one
+    value, so the comparison stays."""
+    for dtype, folded in (("f32", True), ("bf16", False)):
+        nodes = {
+            0: Node(0, "constant", (), (), dtype, {"value": "1"}, name="a"),
+            1: Node(1, "constant", (), (), dtype, {"value": "2"}, name="b"),
+            2: Node(2, "compare", (0, 1), (), "pred", {"direction": "LT"}, name="lt"),
+        }
+        graph = Graph("g", nodes, inputs=[], outputs=[2])
+        fold_literals(graph)
+        out = graph.nodes[graph.outputs[0]]
+        assert (out.op == "constant" and out.attrs["value"] == "true") == folded, out

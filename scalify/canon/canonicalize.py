@@ -13,16 +13,13 @@ import math
 from scalify.canon.all_to_all import fold_tiled_all_to_all
 from scalify.canon.block_iotas import fold_block_iotas
 from scalify.canon.block_lookup import fold_block_lookups
-from scalify.canon.broadcast_lookups import lift_broadcast_indices
-from scalify.canon.broadcast_sinking import sink_broadcasts
 from scalify.canon.gather_sinking import sink_gathers
 from scalify.canon.literal_arrays import fold_literal_arrays
-from scalify.canon.literal_folding import fold_literals
 from scalify.canon.merged_batches import add_unmerged_batch_forms
 from scalify.canon.one_hot import fold_one_hots
 from scalify.canon.padded_pieces import join_padded_pieces
 from scalify.canon.reshape_refinement import refined_steps
-from scalify.canon.rewriter import builtin_rules
+from scalify.canon.rewriter import WITH_BROADCASTS, builtin_rules, run
 from scalify.canon.static_indices import fold_static_indices
 from scalify.canon.unit_shapes import unit_placements
 from scalify.canon.view_blocks import write_view_blocks
@@ -219,13 +216,15 @@ def canonicalize(graph: Graph) -> Graph:
     fold_block_lookups(graph, ranges)
     fold_one_hots(graph, ranges)
     fold_block_iotas(graph, ranges)
-    fold_literals(graph)
+    # the canonical rules again, over what the folds above made (literals among them)
+    run(graph, builtin_rules(), graph.canon_fired)
     join_padded_pieces(graph)
     fold_literal_arrays(graph)
     fold_device_scalars(graph)  # after the arrays: they read a per-device test as a block
-    # again: a predicate evaluated just now (an optimizer's `step >= 1`) decides a select
-    fold_literals(graph)
-    lift_broadcast_indices(graph)
+    # again: a predicate evaluated just now (an optimizer's `step >= 1`) decides a select;
+    # and broadcasts lifted out of lookups and casts (rules/canon_broadcasts.srl), now that
+    # the folds above have read them as the frontend wrote them
+    run(graph, builtin_rules(), graph.canon_fired)
     next_id = max(graph.nodes, default=-1) + 1
     nodes: dict[int, Node] = {}
     for node in graph.nodes.values():
@@ -274,7 +273,9 @@ def canonicalize(graph: Graph) -> Graph:
             graph.equalities.append((node.id, alternative[-1].id))
     graph.nodes = nodes
     write_view_blocks(graph)  # on the merge, split and slice_at steps just made
-    sink_broadcasts(graph)
+    # views of broadcasts moved inside them, over the merge and split steps just made
+    # (rules/canon_broadcasts.srl), lookups at broadcast indices lifted out
+    run(graph, builtin_rules(*WITH_BROADCASTS), graph.canon_fired)
     add_unmerged_batch_forms(graph, viewed_as)
     add_views_through_broadcasts(graph)
     return _prune(graph)
@@ -474,6 +475,12 @@ def _fold(graph: Graph) -> Graph:
     alias: dict[int, int] = {}
     nodes: dict[int, Node] = {}
     next_id = max(graph.nodes, default=-1) + 1
+
+    def new_id() -> int:  # for the ops a canonical rule's rewrite nests
+        nonlocal next_id
+        next_id += 1
+        return next_id - 1
+
     # nodes that already have their equal forms (a graph canonicalised again): none more
     paired = {n for pair in graph.equalities for n in pair}
 
@@ -500,13 +507,10 @@ def _fold(graph: Graph) -> Graph:
             and _only_adds_unit_dims(node, nodes[operands[0]])
         ):
             node.op, node.attrs = "reshape", {}
-        if len(operands) == 1 and is_identity(node, nodes[operands[0]]):
-            alias[node.id] = operands[0]
-            return
-        # the canonical rules of rules/canon.srl: transposes, broadcasts and reshapes of
-        # their own kind composed into one, identities dropped, device-index arithmetic
-        # with itself or zero
-        same = canon.rewrite(node, nodes, fired)
+        # the canonical rules of rules/canon.srl: identities dropped (a reshape to the same
+        # shape, a cast to the same dtype, a broadcast or transpose onto the same dims),
+        # views of their own kind composed into one, arithmetic on literals folded
+        same = canon.rewrite(node, nodes, fired, new_id)
         if same is not None:
             alias[node.id] = same
             return

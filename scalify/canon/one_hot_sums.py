@@ -32,7 +32,7 @@ guarded so it stays in range. Two exact rewrites bring both to the same terms:
 from __future__ import annotations
 
 from scalify.canon.block_lookup import dim_labels
-from scalify.canon.literal_folding import folded_literal
+from scalify.canon.functions import folded_literal
 from scalify.externs.index_forms import IndexReader
 from scalify.ir import (
     ROW_MAJOR_VIEWS,

@@ -3,24 +3,29 @@
 A canonical rule is directed: where its match pattern matches a node (and its guards hold),
 the node becomes the rewrite's term. The term is either a value the match bound (the node
 *is* that value: applied only when the value has the node's shape and dtype, so a rule can
-never change a type) or one op over bound values, whose attributes the rule computes with
-the declared functions of `functions.py`; it keeps the node's id, shape, dtype and source
-location, so its users and the report see the same value.
+never change a type) or a tree of ops over bound values, whose attributes the rule computes
+with the declared functions of `functions.py`. The tree's top op keeps the node's id, shape,
+dtype and source location, so its users and the report see the same value; an op nested
+under it is a new node at the same source location, its shape and dtype inferred
+(`shapes.py`), and is itself canonicalised as it is made.
 
 Nodes are visited in topological order, so a pattern's operands are already canonical when
 the pattern is tried; a rewritten node is tried again until no rule applies (a bounded number
-of times). Rules are keyed by the op at the root of their pattern.
+of times). Rules are keyed by the op at the root of their pattern (each op of an op
+variable's family).
 """
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
 from scalify.canon.functions import call
+from scalify.canon.shapes import NotBuilt, built_dtype, built_shape
 from scalify.compiler import ast
 from scalify.ir import Graph, Node
 
@@ -48,25 +53,33 @@ class CanonRules:
         self.rules = tuple(rules)
         self.by_root: dict[str, list[ast.CanonRule]] = defaultdict(list)
         for rule in self.rules:
-            self.by_root[rule.match.name].append(rule)
+            for op in dict(rule.ops).get(rule.match.name, (rule.match.name,)):
+                self.by_root[op].append(rule)
 
     def __bool__(self) -> bool:
         return bool(self.rules)
 
     def rewrite(
-        self, node: Node, nodes: dict[int, Node], fired: dict[str, int], strict: bool = False
+        self,
+        node: Node,
+        nodes: dict[int, Node],
+        fired: dict[str, int],
+        new_id: Callable[[], int],
+        strict: bool = False,
     ) -> int | None:
         """Apply rules to `node` until none applies. Returns the id of the value the node
         turned out to be (its users should read that instead), or None when the node stays
-        (possibly rewritten in place). A guard or attribute function that fails on the
-        match leaves the node as it is (`strict`, for the fuzzer: raises RewriteFailed)."""
+        (possibly rewritten in place). Ops a rewrite nests are added to `nodes` (ids from
+        `new_id`), before `node` where the caller adds it after. A guard or attribute
+        function that fails on the match leaves the node as it is (`strict`, for the
+        fuzzer: raises RewriteFailed)."""
         for _ in range(MAX_STEPS_PER_NODE):
             for rule in self.by_root.get(node.op, ()):
-                binding = match(rule.match, node, nodes)
+                binding = match(rule, node, nodes)
                 try:
                     if binding is None or not guards_hold(rule.where, binding, nodes):
                         continue
-                    outcome = apply(rule.rewrite, binding, node, nodes)
+                    outcome = self.apply(rule.rewrite, binding, node, nodes, fired, new_id)
                 except (IndexError, KeyError, TypeError, ValueError) as err:
                     if strict:
                         raise RewriteFailed(f"rule `{rule.name}` fails on a match: {err}") from err
@@ -81,11 +94,54 @@ class CanonRules:
                 return None
         raise RuntimeError(f"canonical rules do not terminate on node `{node.name}`")
 
+    def apply(
+        self,
+        rewrite: ast.Value,
+        binding: Binding,
+        node: Node,
+        nodes: dict[int, Node],
+        fired: dict[str, int],
+        new_id: Callable[[], int],
+    ):
+        """Make `node` the rewrite's term. Returns the id of a bound value the node is (its
+        users read that instead), True when the node was rewritten in place, False when the
+        rewrite does not apply (a value of another shape or dtype, nested ops whose operands
+        do not fit them)."""
+        if isinstance(rewrite, ast.Var):
+            target = nodes[binding[rewrite.name].id]
+            if (target.shape, target.dtype) != (node.shape, node.dtype):
+                return False
+            return target.id
+        made: list[Node] = []
+        try:
+            operands = _operands(rewrite, node.dtype, binding, node, nodes, made, new_id)
+        except NotBuilt:
+            return False  # nested ops whose operands do not fit: the rule does not apply
+        attrs = dict(node.attrs) if rewrite.name == node.op else {}
+        attrs.update({k: evaluate(v, binding, nodes) for k, v in rewrite.attrs})
+        alias: dict[int, int] = {}
+        for new in made:  # operands first: each made op canonical before its user
+            new.operands = tuple(alias.get(o, o) for o in new.operands)
+            same = self.rewrite(new, nodes, fired, new_id)  # adds what it nests first
+            if same is not None:
+                alias[new.id] = same
+            else:
+                nodes[new.id] = new
+        for new in made:
+            new.id = new.id if new.id in alias else new.id  # ids are fixed when made
+        node.op, node.attrs = rewrite.name, attrs
+        node.operands = tuple(alias.get(o, o) for o in operands)
+        return True
 
-def match(pattern: ast.App, node: Node, nodes: dict[int, Node]) -> Binding | None:
-    """The variables `pattern` binds at `node`, or None when it does not match."""
-    binding: Binding = {}
-    return binding if _match(pattern, node, nodes, binding) else None
+
+ROOT = "$root"  # the matched node, for functions `of_root` (no `.srl` variable is so spelled)
+
+
+def match(rule: ast.CanonRule, node: Node, nodes: dict[int, Node]) -> Binding | None:
+    """The variables `rule`'s pattern binds at `node` (and ROOT, the node itself), or None
+    when it does not match."""
+    binding: Binding = {ROOT: node}
+    return binding if _match(rule.match, node, nodes, binding, dict(rule.ops)) else None
 
 
 def _bind(binding: Binding, name: str, value: object) -> bool:
@@ -95,8 +151,19 @@ def _bind(binding: Binding, name: str, value: object) -> bool:
     return True
 
 
-def _match(pattern: ast.App, node: Node, nodes: dict[int, Node], binding: Binding) -> bool:
-    if pattern.name != node.op or len(pattern.args) != len(node.operands):
+def _match(
+    pattern: ast.App,
+    node: Node,
+    nodes: dict[int, Node],
+    binding: Binding,
+    ops: dict[str, tuple[str, ...]],
+) -> bool:
+    if pattern.name in ops:  # an op variable: any op of its family, the same one each time
+        if node.op not in ops[pattern.name] or not _bind(binding, pattern.name, node.op):
+            return False
+    elif pattern.name != node.op:
+        return False
+    if len(pattern.args) != len(node.operands):
         return False
     for key, wanted in pattern.attrs:
         if key not in node.attrs:
@@ -112,7 +179,7 @@ def _match(pattern: ast.App, node: Node, nodes: dict[int, Node], binding: Bindin
             if not _bind(binding, arg.name, NodeRef(operand)):
                 return False
         elif isinstance(arg, ast.App):
-            if not _match(arg, nodes[operand], nodes, binding):
+            if not _match(arg, nodes[operand], nodes, binding, ops):
                 return False
         else:
             return False  # the compiler refuses literals in operand position
@@ -127,12 +194,15 @@ def evaluate(value: ast.Value, binding: Binding, nodes: dict[int, Node]) -> obje
     if isinstance(value, ast.IntLit | ast.StrLit):
         return value.value
     if isinstance(value, ast.App):
-        return call(value.name, [evaluate(a, binding, nodes) for a in value.args], nodes)
+        args = [evaluate(a, binding, nodes) for a in value.args]
+        return call(value.name, args, nodes, binding[ROOT])
     raise TypeError(f"not an attribute expression: {value!r}")
 
 
 def guards_hold(clauses: tuple, binding: Binding, nodes: dict[int, Node]) -> bool:
     for clause in clauses:
+        if isinstance(clause, ast.Membership):
+            continue  # an op variable's family: the match checked it
         if isinstance(clause, ast.App):
             if not evaluate(clause, binding, nodes):
                 return False
@@ -157,44 +227,119 @@ def _compare(lhs, op: str, rhs) -> bool:
     }[op]
 
 
-def apply(rewrite: ast.Value, binding: Binding, node: Node, nodes: dict[int, Node]):
-    """Make `node` the rewrite's term. Returns the id of a bound value the node is (its
-    users read that instead), True when the node was rewritten in place, False when the
-    rewrite does not apply (a value of another shape or dtype)."""
-    if isinstance(rewrite, ast.Var):
-        target = nodes[binding[rewrite.name].id]
-        if (target.shape, target.dtype) != (node.shape, node.dtype):
-            return False
-        return target.id
-    operands = tuple(binding[a.name].id for a in rewrite.args)
-    attrs = dict(node.attrs) if rewrite.name == node.op else {}
-    attrs.update({key: evaluate(value, binding, nodes) for key, value in rewrite.attrs})
-    node.op, node.operands, node.attrs = rewrite.name, operands, attrs
-    return True
+def _operands(
+    app: ast.App,
+    dtype: str | None,
+    binding: Binding,
+    node: Node,
+    nodes: dict[int, Node],
+    made: list[Node],
+    new_id: Callable[[], int],
+) -> tuple[int, ...]:
+    """The ids of `app`'s operands: bound values, and the nested ops built (appended to
+    `made`, operands first; not yet in `nodes`). `dtype`: what `app` computes in."""
+    ids: list[int | None] = [None] * len(app.args)
+    for k, arg in enumerate(app.args):  # values and ops first: they fix a constant's dtype
+        if isinstance(arg, ast.Var):
+            ids[k] = binding[arg.name].id
+        elif arg.name != "constant":
+            wanted = dtype if _passes_dtype(app.name, k) else None
+            ids[k] = _build(arg, wanted, binding, node, nodes, made, new_id)
+    known = {n.id: n for n in made}
+    data = [known.get(i) or nodes[i] for k, i in enumerate(ids) if i is not None and k != 0]
+    data = (
+        data if app.name == "select" else [known.get(i) or nodes[i] for i in ids if i is not None]
+    )
+    for k, arg in enumerate(app.args):
+        if ids[k] is None:  # a constant: in its siblings' dtype, or its user's
+            wanted = "pred" if (app.name, k) == ("select", 0) else None
+            wanted = wanted or (data[0].dtype if data else dtype)
+            ids[k] = _build(arg, wanted, binding, node, nodes, made, new_id)
+    return tuple(i for i in ids if i is not None)
+
+
+def _passes_dtype(op: str, k: int) -> bool:
+    """Whether operand k of `op` computes in the op's own dtype (an op nested there without
+    a dtype of its own, a cast, takes it): not a comparison's or a cast's operands, a
+    select's predicate or a lookup's index."""
+    return op not in ("compare", "convert") and (op, k) not in (("select", 0), ("take", 1))
+
+
+def _build(
+    app: ast.App,
+    wanted: str | None,
+    binding: Binding,
+    node: Node,
+    nodes: dict[int, Node],
+    made: list[Node],
+    new_id: Callable[[], int],
+) -> int:
+    """A nested op of a rewrite as a new node (appended to `made`), placed and named after
+    `node`; NotBuilt when its operands do not fit it."""
+    operands = _operands(app, wanted, binding, node, nodes, made, new_id)
+    known = {n.id: n for n in made}
+    args = [known.get(o) or nodes[o] for o in operands]
+    attrs = {k: evaluate(v, binding, nodes) for k, v in app.attrs}
+    dtype = built_dtype(app.name, args, wanted)
+    if app.name == "convert":
+        attrs.setdefault("dtype", dtype)
+    shape = built_shape(app.name, attrs, args)
+    new = Node(
+        new_id(),
+        app.name,
+        operands,
+        tuple(shape),
+        dtype,
+        attrs,
+        node.loc,
+        f"{node.name}.{app.name}",
+        node.framework_op,
+    )
+    made.append(new)
+    return new.id
 
 
 @cache
-def builtin_rules() -> CanonRules:
-    """The canonical rules shipped with Scalify (`rules/canon.srl`), compiled once."""
+def builtin_rules(*files: str) -> CanonRules:
+    """The canonical rules shipped with Scalify in these files of `rules/` (`canon.srl`
+    when none is named), compiled once."""
     from scalify.compiler.compile import compile_texts
 
-    source = resources.files("scalify.rules").joinpath("canon.srl")
-    return CanonRules(compile_texts([("rules/canon.srl", source.read_text())]).canon_rules)
+    folder = resources.files("scalify.rules")
+    names = files or ("canon.srl",)
+    sources = [(f"rules/{name}", folder.joinpath(name).read_text()) for name in names]
+    return CanonRules(compile_texts(sources).canon_rules)
 
 
-def run(graph: Graph, rules: CanonRules) -> dict[str, int]:
-    """Rewrite every node of `graph` to its canonical form (in place), and let users read
-    through nodes that turned out to be another value. Returns how often each rule fired.
-    Nodes no output reads any more are left for the caller's pruning."""
-    fired: dict[str, int] = {}
+# the rules that lift a broadcast out of the op reading it, run after canon.srl's
+WITH_BROADCASTS = ("canon.srl", "canon_broadcasts.srl")
+
+
+def counter(graph_ids: Iterable[int]) -> Callable[[], int]:
+    """Fresh node ids, above every id of the graph."""
+    ids = itertools.count(max(graph_ids, default=-1) + 1)
+    return lambda: next(ids)
+
+
+def run(graph: Graph, rules: CanonRules, fired: dict[str, int] | None = None) -> dict[str, int]:
+    """Rewrite every node of `graph` to its canonical form, ops a rewrite nests placed
+    before their user, and let users read through nodes that turned out to be another
+    value. Returns how often each rule fired (counted into `fired`). Nodes no output reads
+    any more are left for the caller's pruning."""
+    fired = {} if fired is None else fired
     alias: dict[int, int] = {}
-    for node in graph.nodes.values():
+    nodes: dict[int, Node] = {}
+    new_id = counter(graph.nodes)
+    for node in list(graph.nodes.values()):
         node.operands = tuple(alias.get(o, o) for o in node.operands)
-        if node.op == "parameter":
-            continue
-        same = rules.rewrite(node, graph.nodes, fired)
-        if same is not None:
-            alias[node.id] = alias.get(same, same)
+        if node.op != "parameter":
+            same = rules.rewrite(node, nodes, fired, new_id)
+            if same is not None:
+                alias[node.id] = alias.get(same, same)
+                continue
+        nodes[node.id] = node
+    graph.nodes = nodes
     graph.outputs = [alias.get(o, o) for o in graph.outputs]
     graph.equalities = [(alias.get(a, a), alias.get(b, b)) for a, b in graph.equalities]
+    graph.output_shardings = {alias.get(k, k): v for k, v in graph.output_shardings.items()}
     return fired
