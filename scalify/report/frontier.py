@@ -616,6 +616,7 @@ def frontier(
     fused = frozenset(_judged_by_pieces(dist, proven, replicated))
     replicated = replicated | fused
     needed = _feeding_outputs(dist, lambda n: related(n, dist, proven, replicated))
+    collected = _replicated_from_unrelated(dist, proven, replicated)
     for node in dist.nodes.values():
         if node.op == "parameter" or node.id not in needed:
             continue  # an alternative form (graph.equalities) that the program never uses
@@ -623,7 +624,7 @@ def frontier(
             continue
         if all(related(o, dist, proven, replicated) for o in node.operands):
             findings += _same_everywhere_sources(
-                node, dist, base, proven, replicated, findings, mesh
+                node, dist, base, proven, replicated, collected, findings, mesh
             )
             findings += _unrescaled_shift(node, dist, base, proven, findings)
             why = _explain(node, dist, proven, mesh, fused)
@@ -721,15 +722,18 @@ def _same_everywhere_sources(
     base: Graph,
     proven: Proven,
     replicated: set[int],
+    collected: set[int],
     found,
     mesh: Mesh,
 ) -> list[Finding]:
-    """Operands of `node` that are the same on every device yet equal to no baseline value,
-    when another operand is sharded over an axis: the device's own part was probably meant
-    (a slice without the device offset). The earliest such op is the suspect, ahead of
-    `node` where the mismatch shows; when that op is a collective of a value already wrong
-    (a sequence-parallel norm changed before its all-gather), the first op of that value
-    no rule relates is."""
+    """Operands of `node` that are the same on every device yet equal to no baseline value.
+    When the earliest op of such a value is a collective of a value already wrong (an
+    all-reduce of a partial sum an early layer got wrong, a sequence-parallel norm changed
+    before its all-gather), the collective only made the wrong value the same everywhere:
+    the first op of that value no rule relates is the suspect, wherever the value is read.
+    Otherwise, when another operand is sharded over an axis, the device's own part was
+    probably meant (a slice without the device offset): that earliest op is the suspect,
+    ahead of `node` where the mismatch shows."""
     split = [
         p.axis
         for o in node.operands
@@ -737,15 +741,13 @@ def _same_everywhere_sources(
         for p in lay
         if p.kind == "shard"
     ]
-    if not split:
-        return []
     known = {f.node.id for f in found}
     out = []
     for operand in node.operands:
         origin = _first_unproven_replicated(operand, dist, proven, replicated)
         if origin is None or origin.id in known:
             continue
-        upstream = _upstream_frontier(origin, dist, proven, replicated)
+        upstream = _upstream_frontier(origin, dist, proven, replicated, collected)
         if origin.op in COLLECTIVES and upstream is not None:
             if upstream.id not in known:
                 known.add(upstream.id)
@@ -753,6 +755,8 @@ def _same_everywhere_sources(
                 reason, definite = why.reason, why.definite
                 operands = [describe(o, dist, base, proven) for o in upstream.operands]
                 out.append(Finding(upstream, reason, definite, operands))
+            continue
+        if not split:
             continue
         known.add(origin.id)
         out.append(
@@ -883,21 +887,35 @@ def _earliest_root(starts: list[int], dist: Graph, inside: Callable[[int], bool]
 
 
 def _upstream_frontier(
-    node: Node, dist: Graph, proven: Proven, replicated: set[int]
+    node: Node, dist: Graph, proven: Proven, replicated: set[int], collected: set[int]
 ) -> Node | None:
     """The earliest op upstream of `node`, through ops no proof relates, whose operands are
-    all related: where the value `node` collects went wrong. None when its operands are."""
+    all related: where the value `node` collects went wrong. None when its operands are.
+    The walk goes on through `collected` values (the same on every device only because an
+    earlier collective gathered a wrong value: an early layer's all-reduce, the residual
+    stream after it), so a bug in an early layer is found there, not where a later layer
+    first slices the wrong stream; it stops at the device's index and arithmetic on it
+    alone, legitimate SPMD values, rather than blaming the partition-id (which has no
+    source line) for what a later op did with data."""
 
     def unrelated(i: int) -> bool:
-        n = dist.node(i)
-        return (
-            i not in proven
-            and i not in replicated
-            and n.op != "parameter"
-            and not _is_literal(n, dist)
-        )
+        if dist.node(i).op == "parameter":
+            return False
+        return i in collected or not related(i, dist, proven, replicated)
 
     return _earliest_root(list(node.operands), dist, unrelated)
+
+
+def _replicated_from_unrelated(dist: Graph, proven: Proven, replicated: set[int]) -> set[int]:
+    """The replicated, unproven nodes that an unproven, unreplicated node feeds (through
+    unproven nodes): the same on every device only because a collective made them so."""
+    tainted: set[int] = set()
+    for node in dist.nodes.values():
+        if node.op == "parameter" or related(node.id, dist, proven, set()):
+            continue
+        if node.id not in replicated or any(o in tainted for o in node.operands):
+            tainted.add(node.id)
+    return tainted & replicated
 
 
 def _first_unproven_replicated(
