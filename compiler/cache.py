@@ -15,7 +15,6 @@ import hashlib
 import os
 import pickle
 from collections.abc import Callable
-from functools import cache
 from pathlib import Path
 from typing import TypeVar
 
@@ -34,13 +33,17 @@ _DEPENDS = (
 )
 
 
-@cache
 def _code_hash() -> str:
     digest = hashlib.sha256()
     for path in _DEPENDS:
         if path.exists():
             digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()
+
+
+# read once, as the compiler is imported: a source edited while a process runs must not
+# file that process's (older) compiled form under the edited source's key
+_CODE = _code_hash()
 
 
 def _folder() -> Path | None:
@@ -56,7 +59,7 @@ def cached(sources: list[tuple[str, str]], compile_: Callable[[], T]) -> T:
     folder = _folder()
     if folder is None:
         return compile_()
-    digest = hashlib.sha256(_code_hash().encode())
+    digest = hashlib.sha256(_CODE.encode())
     for path, text in sources:
         digest.update(b"\0" + path.encode() + b"\0" + text.encode())
     entry = folder / f"rules-{digest.hexdigest()[:32]}.pickle"
