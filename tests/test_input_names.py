@@ -68,11 +68,12 @@ def test_numbered_parameters_keep_their_numbers(tmp_path):
     """`param.1` is not listed as `param`: the report tells the inputs apart, and they still
     pair by position (the baseline's `param.1` is the distributed `param`)."""
     code, report = partitioned(tmp_path, {"outputs": ["shard(1, tp)"]})
-    assert (code, report["verdict"]) == (0, "equivalent")
+    assert (code, report["verdict"]) == (3, "equivalent")  # `param`'s layout is inferred
     assert report["relations"]["inputs"] == [
         "param.1: replicate (inferred from shapes)",
         "param: shard(1, tp) (inferred from shapes)",
     ]
+    assert report["assumptions"] == ["param: shard(1, tp) (inferred from shapes)"]
 
 
 def test_a_relations_file_names_one_numbered_parameter(tmp_path):
