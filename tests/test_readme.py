@@ -48,3 +48,13 @@ def test_ci_runs_the_readme_commands_as_a_newcomer() -> None:
     test_command = _setup_commands()[1].split("&&")[-1].strip()
     assert shlex.split(test_command) == ["python", "-m", "pytest", "-q"]
     assert f"{test_command} tests/real" in run
+
+
+def test_python_dash_m_scalify_is_the_command_line():
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "scalify", "rules", "--help"], capture_output=True, text=True
+    )
+    assert done.returncode == 0 and "lint" in done.stdout, done.stderr
