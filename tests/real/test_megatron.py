@@ -195,6 +195,37 @@ def _gated_mlp(tp: int, fc1: type):
     return MLP(config, submodules, ffn_hidden_size=config.ffn_hidden_size, tp_group=group)
 
 
+def test_a_host_cut_proved_without_values_names_the_layout_it_assumes(monkeypatch):
+    """The same bug where the weights' values are not at hand (graphs read from files; here
+    the API's value check taken away): the programs are equal and only the weights differ,
+    so the graphs alone cannot show it. The proof holds under the per-part layout read from
+    how both graphs cut the product, and the outcome says so: `equivalent, assuming` (exit
+    code 3), naming that layout, never a plain `equivalent`. (Megatron's modules hold a
+    process group, which `torch.export` cannot save, so this runs in-process.)"""
+    from megatron.core.tensor_parallel import ColumnParallelLinear
+
+    import scalify.verify
+    from scalify.api import check_equivalent
+    from scalify.capture.fx_trace import fake_process_group
+
+    class OneBlockColumnParallelLinear(ColumnParallelLinear):
+        def __init__(self, *args, stride: int = 1, **kwargs):
+            super().__init__(*args, **kwargs)  # BUG: one_block (the stride dropped)
+
+    with_values = scalify.verify.verify_graphs
+    graphs_only = lambda *a, values=None, **k: with_values(*a, **k)  # noqa: E731
+    monkeypatch.setattr(scalify.verify, "verify_graphs", graphs_only)
+    fake_process_group(2)
+    baseline = _gated_mlp(1, ColumnParallelLinear)
+    model = _gated_mlp(2, OneBlockColumnParallelLinear)
+    x = torch.randn(8, 2, 16, generator=torch.Generator().manual_seed(1))
+    report = check_equivalent(baseline, model, mesh="tp=2", example_inputs=(x,))
+    assert (report.outcome, report.exit_code) == ("equivalent, assuming", 3)
+    assert any(
+        a.startswith("linear_fc1_weight: shard(0, tp, parts=[32, 32])") for a in report.assumptions
+    ), report.assumptions
+
+
 def _glu_line() -> tuple[str, int]:
     from megatron.core.transformer import mlp
 
