@@ -94,7 +94,7 @@ from scalify.report.neighbourhood import neighbourhood
 from scalify.report.numeric_frontier import read_numbers
 from scalify.report.view_parting import with_view_partings
 from scalify.simulate import NotSimulable, simulate
-from scalify.simulate.input_values import CHECKED, InputValues, ValueCheck, check_input_values
+from scalify.simulate.input_values import InputValues, ValueCheck, check_input_values, unconfirmed
 
 # Graphs below this size are proved whole; partitioning pays off on deep stacks.
 PARTITION_MIN_NODES = 400
@@ -294,11 +294,7 @@ def assumed_layouts(inputs: list[Relation]) -> list[str]:
     programs cut a tensor) and that neither a user stated nor the values confirmed: the
     proof holds for weights laid out that way, which nothing has shown them to be. A
     replicated input (equal shapes) is not among them: it is what equal shapes say."""
-    return [
-        r.describe()
-        for r in inputs
-        if "inferred" in r.source and CHECKED not in r.source and r.layout
-    ]
+    return [r.describe() for r in inputs if unconfirmed(r)]
 
 
 def _prove_and_decide(base, dist, rules, mesh, inputs, outputs, limits: Limits):

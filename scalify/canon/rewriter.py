@@ -127,8 +127,6 @@ class CanonRules:
                 alias[new.id] = same
             else:
                 nodes[new.id] = new
-        for new in made:
-            new.id = new.id if new.id in alias else new.id  # ids are fixed when made
         node.op, node.attrs = rewrite.name, attrs
         node.operands = tuple(alias.get(o, o) for o in operands)
         return True

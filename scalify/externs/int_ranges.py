@@ -97,7 +97,7 @@ def converts_exactly(source: Node, target: str, ranges: dict[int, Range]) -> boo
     the target holds the source's dtype, or the range the source is known to lie in."""
     if not (is_int_dtype(source.dtype) and is_int_dtype(target)):
         return False
-    held = ranges.get(source.id, _dtype_bounds(source.dtype))
+    held = ranges.get(source.id, dtype_bounds(source.dtype))
     return _fits(held, target)
 
 
@@ -265,16 +265,16 @@ def _range(
         return None
     # an operand without a narrower range may hold any value of its dtype
     got = [
-        ranges.get(o) or (_dtype_bounds(nodes[o].dtype) if is_int_dtype(nodes[o].dtype) else None)
+        ranges.get(o) or (dtype_bounds(nodes[o].dtype) if is_int_dtype(nodes[o].dtype) else None)
         for o in ops
     ]
     if op == "constant" and all(n == 1 for n in node.shape):  # one value: `7` or `{7}`
         value = as_int(str(node.attrs.get("value")).strip("{} "))
         return None if value is None else (value, value)
     if op == "parameter":
-        return node.attrs.get("assumed_range", _dtype_bounds(node.dtype))
+        return node.attrs.get("assumed_range", dtype_bounds(node.dtype))
     if op == "rank_index":  # a device id: below the module's partition count when it says
-        return (0, partitions - 1 if partitions else _dtype_bounds(node.dtype)[1])
+        return (0, partitions - 1 if partitions else dtype_bounds(node.dtype)[1])
     if op == "iota":
         return (0, node.shape[int(node.attrs.get("dim", 0))] - 1)
     if op == "convert" and nodes[ops[0]].dtype == "pred":
@@ -303,7 +303,7 @@ def _narrowed(node: Node, value: Range, inside: tuple[int, Range] | None, ranges
         return value
     branch, (lo, hi) = inside
     other = node.operands[2] if branch == node.operands[1] else node.operands[1]
-    got = ranges.get(other) or _dtype_bounds(nodes[other].dtype)
+    got = ranges.get(other) or dtype_bounds(nodes[other].dtype)
     return (max(value[0], min(lo, got[0])), min(value[1], max(hi, got[1])))
 
 
@@ -343,12 +343,12 @@ def is_int_dtype(dtype: str) -> bool:
     return dtype in _INT_BITS
 
 
-def _dtype_bounds(dtype: str) -> tuple[int, int]:
+def dtype_bounds(dtype: str) -> tuple[int, int]:
     bits = _INT_BITS[dtype]
     return (0, 2**bits - 1) if dtype.startswith("u") else (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
 
 
 def _fits(value: Range, dtype: str) -> bool:
     """The whole range is representable: no wrap-around can have happened on the way."""
-    lo, hi = _dtype_bounds(dtype)
+    lo, hi = dtype_bounds(dtype)
     return value[0] >= lo and value[1] <= hi

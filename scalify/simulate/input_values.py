@@ -63,6 +63,12 @@ def _is_assumed(rel: Relation) -> bool:
     return not rel.source.startswith(STATED)
 
 
+def unconfirmed(rel: Relation) -> bool:
+    """A cut Scalify inferred that no one stated and no value check confirmed (a replicated
+    default is what equal shapes say, not an assumption about how weights were cut)."""
+    return _is_assumed(rel) and CHECKED not in rel.source and bool(rel.layout)
+
+
 def check_input_values(
     inferred: list[Relation],
     plain: list[Relation],

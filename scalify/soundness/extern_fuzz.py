@@ -22,9 +22,9 @@ Each extern has a generator below that builds its shapes (and near misses: a blo
 another size, a table one entry off), a report like a rule's, and the claims it checked by
 kind; lint fails when a claim is false or a kind never comes up.
 
-Not drawn: index values a narrower integer dtype cannot hold under a convert. `IndexReader`
-reads an integer convert as the value it converts (a coordinate's u32 to s32), which a
-narrowing convert of such a value is not (an xfail in tests/test_extern_fuzz.py shows it).
+`IndexReader` reads an integer convert as the value it converts only where the target holds
+every value the operand can take (`int_ranges.converts_exactly`); a narrowing convert of values
+that wrap is a test of its own in tests/test_extern_fuzz.py.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ import numpy as np
 
 from scalify.externs import device_tables, index_forms, int_ranges
 from scalify.externs.index_forms import Block, IndexReader
-from scalify.externs.int_ranges import is_int_dtype
+from scalify.externs.int_ranges import dtype_bounds, is_int_dtype
 from scalify.ir import Graph, Node
 from scalify.simulate.kernels import apply
 from scalify.soundness.fuzz import RuleReport
@@ -65,16 +65,11 @@ class ExternReport(RuleReport):
 # ---- running a program on every device, integers wrapping as their dtype does --------------
 
 
-def _bounds(dtype: str) -> tuple[int, int]:
-    info = np.iinfo(("uint" if dtype.startswith("u") else "int") + dtype[1:])
-    return int(info.min), int(info.max)
-
-
 def _wrapped(value: np.ndarray, dtype: str) -> np.ndarray:
     """The value as the dtype holds it (the kernels compute integers in int64)."""
     if not is_int_dtype(dtype) or dtype[1:] == "64":
         return value
-    lo, hi = _bounds(dtype)
+    lo, hi = dtype_bounds(dtype)
     return (np.asarray(value).astype(np.int64) - lo) % (hi - lo + 1) + lo
 
 
@@ -110,7 +105,7 @@ def _draw(node: Node, valid: tuple[int, int] | None, rng: np.random.Generator, w
         return rng.random(node.shape) < 0.5
     if not is_int_dtype(node.dtype):
         return rng.standard_normal(node.shape)
-    lo, hi = valid or ((-6, 6) if not wide or rng.random() < 0.7 else _bounds(node.dtype))
+    lo, hi = valid or ((-6, 6) if not wide or rng.random() < 0.7 else dtype_bounds(node.dtype))
     value = rng.integers(lo, hi, size=node.shape, endpoint=True)
     if value.size and rng.random() < 0.6:  # an end of the range: where off-by-ones show
         value.flat[int(rng.integers(value.size))] = lo if rng.random() < 0.5 else hi
@@ -178,7 +173,7 @@ class Program:
 
     def const(self, value, dtype: str) -> int:
         if is_int_dtype(dtype):  # a literal the dtype holds
-            lo, hi = _bounds(dtype)
+            lo, hi = dtype_bounds(dtype)
             value = min(max(int(value), lo), hi)
         return self.add("constant", (), (), dtype, {"value": str(value)})
 

@@ -99,18 +99,16 @@ class Builder:
     def operand_layout(self, k: int, rank: int, fallback: Layout) -> Layout:
         """Bias operand k toward the layout the rule under test asks for."""
         kind = self.hint(k)
-        if kind in ("shard", "padded", "repeated") and rank:
+        cuts = kind in ("shard", "padded", "repeated") or str(kind).startswith("laid:")
+        if cuts and rank:  # the dim the operands share most of the time
             dim = (
                 self.shared_dim % rank if self.rng.random() < 0.7 else int(self.rng.integers(rank))
             )
+            if kind.startswith("laid:"):
+                name = kind.removeprefix("laid:")
+                index_map = self.declared[name]
+                return (Placement("laid", self.axis, dim=dim, op=name, index_map=index_map),)
             return self.value_placements(kind, dim) + (Placement("shard", self.axis, dim=dim),)
-        if kind is not None and kind.startswith("laid:") and rank:
-            dim = (
-                self.shared_dim % rank if self.rng.random() < 0.7 else int(self.rng.integers(rank))
-            )
-            name = kind.removeprefix("laid:")
-            index_map = self.declared[name]
-            return (Placement("laid", self.axis, dim=dim, op=name, index_map=index_map),)
         if kind in ("partial:sum", "partial:max", "partial:min", "partial:?"):
             op = kind.split(":")[1]
             op = op if op != "?" else ("sum" if self.rng.random() < 0.7 else "max")
