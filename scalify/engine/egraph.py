@@ -43,7 +43,8 @@ def prelude_text() -> str:
 
 
 def _chunks(commands: list[str]) -> Iterator[str]:
-    """`commands` joined into texts of at most CHUNK commands and about CHUNK_TEXT chars."""
+    """`commands` joined into texts of at most CHUNK commands and CHUNK_TEXT characters (a
+    longer command alone)."""
     batch: list[str] = []
     size = 0
     for command in commands:
@@ -51,7 +52,7 @@ def _chunks(commands: list[str]) -> Iterator[str]:
             yield "\n".join(batch)
             batch, size = [], 0
         batch.append(command)
-        size += len(command)
+        size += len(command) + 1  # and the newline that joins it
     if batch:
         yield "\n".join(batch)
 
