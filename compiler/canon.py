@@ -62,6 +62,7 @@ class CanonChecker:
         if not isinstance(rule.match, App):
             raise self.fail(rule, "a canonical rule matches an op pattern, e.g. `transpose(x)`")
         self.ops = {}
+        self.root = rule.match
         for clause in rule.where:
             if isinstance(clause, Membership):
                 members = self.families.get(clause.family)
@@ -144,6 +145,14 @@ class CanonChecker:
             )
         if len(app.args) != declared.arity or app.attrs:
             raise self.fail(app, f"`{app.name}` takes {declared.arity} argument(s)")
+        matched = set(self.ops.get(self.root.name, (self.root.name,)))
+        if declared.roots and not matched <= declared.roots:
+            wanted = " or ".join(f"`{op}`" for op in sorted(declared.roots))
+            raise self.fail(
+                app,
+                f"`{app.name}` reads the matched node as a {wanted}; this rule matches "
+                f"`{self.root.name}`",
+            )
         for kind, arg in zip(declared.args, app.args, strict=True):
             if kind == "a":
                 self._attribute(arg, values, attrs)

@@ -38,6 +38,9 @@ class Function:
     predicate: bool = False
     of_root: bool = False
     reads_graph: bool = False  # also gets the graph's nodes, last (a fill looks through views)
+    # the ops the matched node must be, for a function that reads it as one (`whole_but`
+    # reads a slice's starts); empty: any op. The compiler refuses a rule matching another.
+    roots: frozenset[str] = frozenset()
 
     @property
     def arity(self) -> int:
@@ -329,6 +332,7 @@ FUNCTIONS: dict[str, Function] = {
         predicate=True,
         of_root=True,
         reads_graph=True,
+        roots=frozenset({"slice"}),
     ),
     "position": Function(
         "aa",
@@ -343,6 +347,7 @@ FUNCTIONS: dict[str, Function] = {
         predicate=True,
         of_root=True,
         reads_graph=True,
+        roots=frozenset({"split"}),
     ),
     "split_unit_dims": Function(
         "",
@@ -350,6 +355,7 @@ FUNCTIONS: dict[str, Function] = {
         "split_unit_dims(): the broadcast's dims after such a split, the unit dim a new one",
         of_root=True,
         reads_graph=True,
+        roots=frozenset({"split"}),
     ),
     "splits_own_dim": Function(
         "",
@@ -358,6 +364,7 @@ FUNCTIONS: dict[str, Function] = {
         predicate=True,
         of_root=True,
         reads_graph=True,
+        roots=frozenset({"split"}),
     ),
     "split_dims": Function(
         "",
@@ -365,6 +372,7 @@ FUNCTIONS: dict[str, Function] = {
         "split_dims(): the broadcast's dims after the split of its dim p into p, p+1",
         of_root=True,
         reads_graph=True,
+        roots=frozenset({"split"}),
     ),
     "merges_new_unit": Function(
         "",
@@ -374,6 +382,7 @@ FUNCTIONS: dict[str, Function] = {
         predicate=True,
         of_root=True,
         reads_graph=True,
+        roots=frozenset({"merge"}),
     ),
     "merge_unit_dims": Function(
         "",
@@ -381,6 +390,7 @@ FUNCTIONS: dict[str, Function] = {
         "merge_unit_dims(): the broadcast's dims once the new unit dim is merged away",
         of_root=True,
         reads_graph=True,
+        roots=frozenset({"merge"}),
     ),
     "merges_own_dims": Function(
         "",
@@ -389,6 +399,7 @@ FUNCTIONS: dict[str, Function] = {
         predicate=True,
         of_root=True,
         reads_graph=True,
+        roots=frozenset({"merge"}),
     ),
     "merge_dims": Function(
         "",
@@ -396,6 +407,7 @@ FUNCTIONS: dict[str, Function] = {
         "merge_dims(): the broadcast's dims after its dims p, p+1 are merged",
         of_root=True,
         reads_graph=True,
+        roots=frozenset({"merge"}),
     ),
     "literal": Function(
         "",
