@@ -243,17 +243,19 @@ def _operands(
         elif arg.name != "constant":
             wanted = dtype if _passes_dtype(app.name, k) else None
             ids[k] = _build(arg, wanted, binding, node, nodes, made, new_id)
-    known = {n.id: n for n in made}
-    data = [known.get(i) or nodes[i] for k, i in enumerate(ids) if i is not None and k != 0]
-    data = (
-        data if app.name == "select" else [known.get(i) or nodes[i] for i in ids if i is not None]
-    )
+    skip = 0 if app.name == "select" else None  # a select's data, not its predicate
+    data = [_node(i, made, nodes) for k, i in enumerate(ids) if i is not None and k != skip]
     for k, arg in enumerate(app.args):
         if ids[k] is None:  # a constant: in its siblings' dtype, or its user's
             wanted = "pred" if (app.name, k) == ("select", 0) else None
             wanted = wanted or (data[0].dtype if data else dtype)
             ids[k] = _build(arg, wanted, binding, node, nodes, made, new_id)
     return tuple(i for i in ids if i is not None)
+
+
+def _node(node_id: int, made: list[Node], nodes: dict[int, Node]) -> Node:
+    """A node by id: one this rewrite built (not yet in `nodes`), or one of the graph's."""
+    return next((n for n in made if n.id == node_id), None) or nodes[node_id]
 
 
 def _passes_dtype(op: str, k: int) -> bool:
@@ -275,8 +277,7 @@ def _build(
     """A nested op of a rewrite as a new node (appended to `made`), placed and named after
     `node`; NotBuilt when its operands do not fit it."""
     operands = _operands(app, wanted, binding, node, nodes, made, new_id)
-    known = {n.id: n for n in made}
-    args = [known.get(o) or nodes[o] for o in operands]
+    args = [_node(o, made, nodes) for o in operands]
     attrs = {k: evaluate(v, binding, nodes) for k, v in app.attrs}
     dtype = built_dtype(app.name, args, wanted)
     if app.name == "convert":
